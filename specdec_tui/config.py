@@ -1,0 +1,214 @@
+"""Settings: defaults < TOML config file < environment (SPECDEC_*, ``__`` nesting) < command line.
+
+The file is ``config.toml`` in the user's config folder unless SPECDEC_CONFIG (or ``--config``)
+names another. Its tables mirror the groups below::
+
+    [decoding]
+    k = 6
+    tau = 1.0
+
+    [models]
+    target = "qwen2.5-coder-1.5b"
+
+and the same value from the environment is ``SPECDEC_DECODING__K=6``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from specdec_tui.models.presets import DEFAULT_DRAFT, DEFAULT_TARGET
+
+APP = "specdec-tui"
+ENV_PREFIX = "SPECDEC_"
+CONFIG_ENV = "SPECDEC_CONFIG"
+
+#: The file ``load_settings`` reads; None means SPECDEC_CONFIG or the default path.
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("specdec_config_file", default=None)
+
+PrecisionName = Literal["fp32", "fp16", "bf16", "int8"]
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message is one line naming the value and its source."""
+
+
+def default_config_path() -> Path:
+    return Path(platformdirs.user_config_dir(APP)) / "config.toml"
+
+
+class ModelSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(DEFAULT_TARGET, description="target model: preset, folder, .gguf file or hub id")
+    draft: str = Field(DEFAULT_DRAFT, description="draft model, sharing the target's tokenizer")
+    precision: PrecisionName = Field("int8", description="target weights; every choice is lossless")
+    draft_precision: PrecisionName = Field("int8", description="draft weights")
+    device: str = Field("auto", description="auto, cpu or cuda")
+    cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="converted models")
+
+
+class DecodingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    drafter: Literal["model", "prompt-lookup", "hybrid"] = Field("hybrid", description="who drafts")
+    k: int = Field(4, ge=1, le=32, description="tokens drafted per step")
+    tau: float = Field(1.0, gt=0.0, le=1.0, description="1 = lossless; lower accepts more drafts")
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
+    max_new_tokens: int = Field(512, ge=1, description="reply length limit")
+    seed: int | None = Field(0, description="sampling seed; empty for a fresh one each reply")
+    draft_min_confidence: float = Field(0.0, ge=0.0, le=1.0, description="stop drafting below this")
+
+
+class ChatSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str = Field("You are a helpful assistant.", description="first message of every chat")
+    history_path: Path = Field(
+        Path(platformdirs.user_data_dir(APP)) / "history.sqlite", description="SQLite chat history"
+    )
+    theme: str = Field("specdec-dark", description="a theme from themes/")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", nested_model_default_partial_update=True
+    )
+
+    models: ModelSettings = ModelSettings()
+    decoding: DecodingSettings = DecodingSettings()
+    chat: ChatSettings = ChatSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _CONFIG_FILE.get() or config_path(os.environ)
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if path.is_file():
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+
+def config_path(environ: Mapping[str, str]) -> Path:
+    return Path(environ[CONFIG_ENV]).expanduser() if environ.get(CONFIG_ENV) else default_config_path()
+
+
+def field_paths() -> list[tuple[str, str]]:
+    """Every setting as (group, name), in declaration order."""
+    return [
+        (group, name)
+        for group, info in Settings.model_fields.items()
+        for name in info.annotation.model_fields  # type: ignore[union-attr]
+    ]
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The file's values, with unknown tables or keys reported by name."""
+    try:
+        values = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from exc
+    known = {}
+    for group, name in field_paths():
+        known.setdefault(group, set()).add(name)
+    for group, table in values.items():
+        if group not in known:
+            raise SettingsError(f"unknown table [{group}] in {path}; known tables: {', '.join(known)}")
+        if not isinstance(table, dict):
+            raise SettingsError(f"{group} in {path} must be a table: [{group}]")
+        for name in table:
+            if name not in known[group]:
+                raise SettingsError(f"unknown key {group}.{name} in {path}")
+    return values
+
+
+def read_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    return EnvSettingsSource(Settings, env_prefix=ENV_PREFIX, env_nested_delimiter="__")()
+
+
+def _leaves(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        f"{group}.{name}": value
+        for group, table in values.items()
+        if isinstance(table, Mapping)
+        for name, value in table.items()
+    }
+
+
+def load_settings(
+    cli: Mapping[str, Mapping[str, Any]] | None = None, config: Path | None = None
+) -> tuple[Settings, dict[str, str]]:
+    """Effective settings and, for each ``group.name``, where its value came from."""
+    cli = {group: dict(values) for group, values in (cli or {}).items() if values}
+    path = config if config is not None else config_path(os.environ)
+    explicit = config is not None or bool(os.environ.get(CONFIG_ENV))
+    if explicit and not path.is_file():
+        raise SettingsError(f"config file {path} does not exist")
+    layers = [
+        ("default", {}),
+        (f"file {path}", read_config_file(path) if path.is_file() else {}),
+        ("env", read_env(os.environ)),
+        ("command line", cli),
+    ]
+    origins = {key: "default" for key in (f"{g}.{n}" for g, n in field_paths())}
+    for label, values in layers:
+        for key in _leaves(values):
+            origins[key] = (
+                f"env {ENV_PREFIX}{key.replace('.', '__').upper()}" if label == "env" else label
+            )
+    token = _CONFIG_FILE.set(path)
+    try:
+        settings = Settings(**cli)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, origins)) from None
+    finally:
+        _CONFIG_FILE.reset(token)
+    return settings, origins
+
+
+def _describe(exc: ValidationError, origins: Mapping[str, str]) -> str:
+    error = exc.errors()[0]
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"unknown setting {key} (from {origins.get(key, _env_or_cli(key))})"
+    got = error.get("input")
+    return f"{key} = {got!r} (from {origins.get(key, 'default')}): {error['msg'].lower()}"
+
+
+def _env_or_cli(key: str) -> str:
+    env = f"{ENV_PREFIX}{key.replace('.', '__').upper()}"
+    return f"env {env}" if env in os.environ else "command line"
+
+
+def describe_settings(settings: Settings, origins: Mapping[str, str]) -> str:
+    """One line per setting: ``group.name = value    # origin``."""
+    lines = []
+    for group, name in field_paths():
+        value = getattr(getattr(settings, group), name)
+        shown = str(value) if isinstance(value, Path) else repr(value)
+        lines.append(f"{group}.{name} = {shown}".ljust(52) + f"  # {origins[f'{group}.{name}']}")
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""The acceptance rule: which drafted tokens the target keeps, and what it emits after them.
+
+Pure functions on tensors; no models. ``p`` is the target distribution, ``q`` the draft's, both
+after temperature and top-p. ``tau`` = 1 is lossless; ``tau`` < 1 is lenient (see design.md):
+
+- greedy: accept x iff x == argmax p (tau = 1), else iff p(x) >= tau * max p;
+- sampled: accept with probability min(1, p(x) / (tau q(x))); on the first rejection emit a
+  sample of normalize(max(0, p - tau q)), falling back to p when that has no mass; if every
+  draft is accepted emit a bonus sample of p.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of verifying one block: how many drafts were kept and the target's own token."""
+
+    accepted: int
+    next_token: int
+
+
+def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """Distribution(s) over the last dim: softmax(logits / temperature) cut to the top-p nucleus."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    # Keep the smallest prefix whose mass reaches top_p: a token stays if the mass before it is short.
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def leading_true(mask: torch.Tensor) -> int:
+    """Length of the run of True at the start of a 1-D bool tensor."""
+    return int(mask.long().cumprod(dim=0).sum())
+
+
+def greedy_verdict(drafts: torch.Tensor, logits: torch.Tensor, tau: float) -> Verdict:
+    """Verify ``drafts`` (k,) against target ``logits`` (k + 1, vocab) at temperature 0."""
+    best = logits.argmax(dim=-1)
+    k = drafts.shape[0]
+    if tau >= 1.0:
+        ok = best[:k] == drafts
+    else:
+        # p(x) >= tau * max p, compared as logits so no softmax over the vocabulary is needed.
+        draft_logits = logits[:k].gather(1, drafts[:, None])[:, 0]
+        ok = draft_logits - logits[:k].max(dim=-1).values >= math.log(tau)
+    accepted = leading_true(ok)
+    return Verdict(accepted, int(best[accepted]))
+
+
+def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor, tau: float) -> torch.Tensor:
+    """min(1, p(x) / (tau q(x))); a token the draft could not have proposed (q = 0) is kept iff p > 0."""
+    ratio = p_x / (tau * q_x)
+    ratio = torch.where(q_x > 0, ratio, (p_x > 0).to(p_x.dtype))
+    return ratio.clamp(max=1.0)
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor, tau: float) -> torch.Tensor:
+    """normalize(max(0, p - tau q)) over the last dim, or p where that leaves no mass."""
+    residual = (p - tau * q).clamp(min=0.0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)
+
+
+def sampled_verdict(
+    drafts: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    tau: float,
+    generator: torch.Generator | None = None,
+) -> Verdict:
+    """Verify ``drafts`` (k,) by rejection sampling.
+
+    ``draft_probs`` (k, vocab) is q for each draft; None means the drafter proposed
+    deterministically (q is one-hot on the draft). ``target_probs`` is (k + 1, vocab).
+    """
+    k = drafts.shape[0]
+    rows = torch.arange(k)
+    q = draft_probs if draft_probs is not None else one_hot_rows(drafts, target_probs.shape[-1])
+    accept = acceptance_probability(target_probs[rows, drafts], q[rows, drafts], tau)
+    uniforms = torch.rand(k, generator=generator)
+    accepted = leading_true(uniforms < accept)
+    if accepted == k:
+        source = target_probs[k]
+    else:
+        source = residual_distribution(target_probs[accepted], q[accepted], tau)
+    return Verdict(accepted, int(torch.multinomial(source, 1, generator=generator)))
+
+
+def one_hot_rows(tokens: torch.Tensor, width: int) -> torch.Tensor:
+    """(k, width) float rows, each one-hot on ``tokens[i]``."""
+    rows = torch.zeros(tokens.shape[0], width)
+    rows[torch.arange(tokens.shape[0]), tokens] = 1.0
+    return rows
+

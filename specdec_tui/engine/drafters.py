@@ -1,0 +1,143 @@
+"""Drafters propose the next few tokens cheaply; the target then verifies them in one pass.
+
+- ``ModelDrafter``: a small causal LM sharing the target's tokenizer, run autoregressively.
+- ``PromptLookupDrafter``: copies what followed the latest earlier occurrence of the context's
+  last n-gram (free, and strong when the reply repeats the prompt, as in code editing).
+- ``HybridDrafter``: prompt lookup when it finds a match, the model otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from specdec_tui.engine.acceptance import sampling_probs
+from specdec_tui.engine.cached_model import CachedModel
+
+
+@dataclass
+class Sampler:
+    """Temperature, top-p and the random stream of one reply."""
+
+    temperature: float
+    top_p: float
+    generator: torch.Generator
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return sampling_probs(logits, self.temperature, self.top_p)
+
+    def sample(self, probs: torch.Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens and, when they were sampled, the draft distribution q of each (k, vocab)."""
+
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+
+
+class Drafter(Protocol):
+    name: str
+
+    def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        """Up to ``k`` tokens likely to follow ``context``."""
+        ...
+
+
+class ModelDrafter:
+    name = "model"
+
+    def __init__(self, model: CachedModel, vocab_size: int, min_confidence: float = 0.0) -> None:
+        """``vocab_size`` is the target's logit width; ``min_confidence`` stops a draft early.
+
+        Drafting stops after a token whose draft probability is below ``min_confidence``: the
+        target is then unlikely to accept what would follow, and each draft step costs time.
+        """
+        self.model = model
+        self.vocab_size = vocab_size
+        self.min_confidence = min_confidence
+        embeddings = model.model.get_input_embeddings()
+        self.embeddable = embeddings.num_embeddings if embeddings is not None else vocab_size
+
+    def _embeddable(self, context: Sequence[int]) -> Sequence[int]:
+        """``context`` with ids the draft has no embedding for (padded target vocabularies) replaced."""
+        if self.embeddable >= self.vocab_size:
+            return context
+        return [t if t < self.embeddable else 0 for t in context]
+
+    def _align(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits over the target's vocabulary: extra draft ids cut, missing ones impossible."""
+        width = logits.shape[-1]
+        if width >= self.vocab_size:
+            return logits[: self.vocab_size]
+        return torch.cat([logits, logits.new_full((self.vocab_size - width,), float("-inf"))])
+
+    def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        context = self._embeddable(context)
+        logits = self._align(self.model.logits_for(context, 1)[0])
+        while True:
+            if sampler.greedy:
+                token = int(logits.argmax())
+                confidence = float(torch.softmax(logits, -1)[token]) if self.min_confidence else 1.0
+            else:
+                q = sampler.probs(logits)
+                token = sampler.sample(q)
+                rows.append(q)
+                confidence = float(q[token])
+            tokens.append(token)
+            if len(tokens) >= k or confidence < self.min_confidence:
+                break
+            logits = self._align(self.model.logits_for([*context, *tokens], 1)[0])
+        return Draft(tokens, torch.stack(rows) if rows else None)
+
+
+def find_continuation(context: Sequence[int], ngram: int, k: int) -> list[int]:
+    """Up to ``k`` tokens that followed the latest earlier occurrence of the last ``ngram`` tokens."""
+    if len(context) <= ngram:
+        return []
+    ids = np.asarray(context)
+    windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], ngram)
+    starts = np.flatnonzero((windows == ids[-ngram:]).all(axis=1))
+    if starts.size == 0:
+        return []
+    follow = int(starts[-1]) + ngram
+    return [int(t) for t in ids[follow : follow + k]]
+
+
+class PromptLookupDrafter:
+    name = "prompt-lookup"
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        for ngram in range(self.max_ngram, self.min_ngram - 1, -1):
+            tokens = find_continuation(context, ngram, k)
+            if tokens:
+                return Draft(tokens)
+        return Draft([])
+
+
+class HybridDrafter:
+    name = "hybrid"
+
+    def __init__(self, lookup: PromptLookupDrafter, model: ModelDrafter) -> None:
+        self.lookup = lookup
+        self.model = model
+
+    def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        draft = self.lookup.propose(context, k, sampler)
+        return draft if draft.tokens else self.model.propose(context, k, sampler)

@@ -1,0 +1,95 @@
+"""Per-step records and the summary of a run; plain data shared by the TUI, the bench and tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from statistics import fmean
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One draft -> verify round."""
+
+    drafted: int
+    accepted: int
+    emitted: int
+    draft_s: float
+    verify_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_s + self.verify_s
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one reply cost and how much the draft helped."""
+
+    mode: str
+    prompt_tokens: int
+    new_tokens: int
+    steps: int
+    drafted: int
+    accepted: int
+    seconds: float
+    ttft_s: float
+    finish_reason: str
+    mean_draft_ms: float
+    mean_verify_ms: float
+    position_acceptance: tuple[float, ...] = field(default=())
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted; None when nothing was drafted (target-only)."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted(self) -> float:
+        """Drafted tokens accepted per step."""
+        return self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def position_acceptance(records: Sequence[StepRecord]) -> tuple[float, ...]:
+    """For each draft position i (0-based), the share of steps that drafted i that kept it."""
+    depth = max((r.drafted for r in records), default=0)
+    reached = [0] * depth
+    kept = [0] * depth
+    for record in records:
+        for i in range(record.drafted):
+            reached[i] += 1
+            kept[i] += i < record.accepted
+    return tuple(k / n for k, n in zip(kept, reached, strict=True))
+
+
+def summarize(
+    records: Sequence[StepRecord],
+    *,
+    mode: str,
+    prompt_tokens: int,
+    seconds: float,
+    ttft_s: float,
+    finish_reason: str,
+) -> RunSummary:
+    return RunSummary(
+        mode=mode,
+        prompt_tokens=prompt_tokens,
+        new_tokens=sum(r.emitted for r in records),
+        steps=len(records),
+        drafted=sum(r.drafted for r in records),
+        accepted=sum(r.accepted for r in records),
+        seconds=seconds,
+        ttft_s=ttft_s,
+        finish_reason=finish_reason,
+        mean_draft_ms=1000 * fmean(r.draft_s for r in records) if records else 0.0,
+        mean_verify_ms=1000 * fmean(r.verify_s for r in records) if records else 0.0,
+        position_acceptance=position_acceptance(records),
+    )

@@ -1,0 +1,5 @@
+"""Errors of the model layer. Each message is one line that says what happened and what to do."""
+
+
+class ModelError(Exception):
+    """A model could not be found, fetched, verified, converted or loaded."""

@@ -1,0 +1,177 @@
+"""Weight precisions for CPU inference, and the one place that touches quantized kernels.
+
+The fast CPU paths are fbgemm kernels reached through ``torch.ops.quantized``; that front end is
+deprecated, so everything that uses it lives here and each path falls back to a plain
+``nn.Linear`` when the op is missing.
+
+``int8`` is row-wise: every row of the activation is scaled by its own absolute maximum before the
+kernel's per-tensor quantization, and a fixed anchor row pins the kernel's range. Each row is then
+quantized independently of the others and accumulated in exact integer arithmetic, so a verify
+pass over M tokens computes bit-for-bit the numbers of M single steps. That is what lets the
+target run in int8 without breaking the lossless guarantee. ``fp16`` (fbgemm fp16 weights) is
+fast but its floating-point accumulation depends on M, like ``fp32``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
+
+import torch
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+
+#: Precisions whose verify pass over M tokens is computed exactly as M single steps.
+BATCH_INVARIANT: frozenset[str] = frozenset({"int8"})
+
+PackProgress = Callable[[int, int], None]
+
+
+def _ops_available() -> bool:
+    return hasattr(torch.ops.quantized, "linear_prepack_fp16") and hasattr(
+        torch.ops.quantized, "linear_dynamic"
+    )
+
+
+class Fp16Linear(nn.Module):
+    """Linear layer with fp16 weights packed for fbgemm; activations stay fp32."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(), bias)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+
+
+class _RowScaledInput:
+    """Row-normalized activation shared by the linears that read the same tensor (q/k/v, gate/up)."""
+
+    def __init__(self) -> None:
+        self.source: torch.Tensor | None = None
+        self.scaled: torch.Tensor | None = None
+        self.row_max: torch.Tensor | None = None
+        self.anchors: dict[int, torch.Tensor] = {}
+
+    def prepare(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if x is self.source:
+            return self.scaled, self.row_max  # type: ignore[return-value]
+        flat = x.reshape(-1, x.shape[-1])
+        row_max = flat.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
+        self.source, self.row_max = x, row_max
+        self.scaled = torch.cat([flat / row_max, self._anchor(x.shape[-1], x.dtype)])
+        return self.scaled, row_max
+
+    def _anchor(self, width: int, dtype: torch.dtype) -> torch.Tensor:
+        anchor = self.anchors.get(width)
+        if anchor is None or anchor.dtype != dtype:
+            anchor = torch.zeros(1, width, dtype=dtype)
+            anchor[0, 0], anchor[0, 1 % width] = -1.0, 1.0
+            self.anchors[width] = anchor
+        return anchor
+
+
+class RowwiseInt8Linear(nn.Module):
+    """int8 weights (per output channel), int8 activations scaled per row: batch-invariant."""
+
+    def __init__(self, linear: nn.Linear, shared_input: _RowScaledInput) -> None:
+        super().__init__()
+        weight = linear.weight.detach().float()
+        scales = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
+        zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+        self.packed = torch.ops.quantized.linear_prepack(qweight, None)
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
+        self.shared_input = shared_input
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scaled, row_max = self.shared_input.prepare(x)
+        # reduce_range keeps activations to 7 bits, so the kernel's int16 pair sums never saturate.
+        out = torch.ops.quantized.linear_dynamic(scaled, self.packed, True)[:-1]
+        out = out * row_max
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def _as_linear(module: nn.Module) -> nn.Linear | None:
+    """``module`` as an ``nn.Linear``: GPT-2 style ``Conv1D`` (weight stored transposed) is converted."""
+    if type(module) is nn.Linear:
+        return module
+    if type(module) is Conv1D:
+        linear = nn.Linear(module.weight.shape[0], module.weight.shape[1], bias=module.bias is not None)
+        linear.weight.data = module.weight.data.t().contiguous()
+        if module.bias is not None:
+            linear.bias.data = module.bias.data
+        return linear
+    return None
+
+
+def _linear_children(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
+    found = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            linear = _as_linear(child)
+            if linear is not None:
+                found.append((parent, name, linear))
+    return found
+
+
+def _replace_linears(
+    model: nn.Module, make: Callable[[nn.Module, nn.Linear], nn.Module], on_packed: PackProgress
+) -> None:
+    targets = _linear_children(model)
+    done = 0
+
+    def pack(target: tuple[nn.Module, str, nn.Linear]) -> nn.Module:
+        nonlocal done
+        new = make(target[0], target[2])
+        done += 1
+        on_packed(done, len(targets))
+        return new
+
+    # Packing is single-threaded inside fbgemm and releases the GIL: threads cut start-up.
+    with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
+        packed = list(pool.map(pack, targets))
+    for (parent, name, _), new in zip(targets, packed, strict=True):
+        setattr(parent, name, new)
+
+
+def apply_precision(
+    model: nn.Module, precision: str, device: torch.device, on_packed: PackProgress = lambda done, total: None
+) -> nn.Module:
+    """Convert ``model`` in place to ``precision`` and return it; ``on_packed`` reports each layer."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    if precision == "fp32":
+        return model.float()
+    if precision == "bf16":
+        return model.to(torch.bfloat16)
+    if device.type != "cpu":
+        # On accelerators half precision is native; int8 here is a CPU kernel path.
+        return model.to(torch.float16 if precision == "fp16" else torch.bfloat16)
+    if not _ops_available():
+        warnings.warn(f"quantized CPU kernels are missing; running {precision} as fp32", stacklevel=2)
+        return model.float()
+    model.float()
+    if precision == "fp16":
+        _replace_linears(model, lambda parent, linear: Fp16Linear(linear), on_packed)
+        return model
+    shared: dict[int, _RowScaledInput] = {}
+
+    def make(parent: nn.Module, linear: nn.Linear) -> nn.Module:
+        # One scaler per parent module: the siblings there (q/k/v, gate/up) read the same tensor.
+        return RowwiseInt8Linear(linear, shared.setdefault(id(parent), _RowScaledInput()))
+
+    _replace_linears(model, make, on_packed)
+    return model

@@ -1,0 +1,249 @@
+"""The decoding loop on tiny random models of three architectures."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+import torch
+from tiny import ARCHS, perturbed, prompt, tiny_engine, tiny_model, tiny_tokenizer
+
+from specdec_tui.engine.acceptance import greedy_verdict
+from specdec_tui.engine.cached_model import CachedModel
+from specdec_tui.engine.decoder import (
+    DecodeParams,
+    FinishedEvent,
+    Origin,
+    PromptTooLongError,
+    SpeculativeDecoder,
+    StepEvent,
+)
+from specdec_tui.engine.drafters import Draft, Sampler
+from specdec_tui.engine.session import Engine
+from specdec_tui.models.loader import context_length, eos_token_ids, prepare_model
+from specdec_tui.models.precision import BATCH_INVARIANT
+
+# Raw text whose end repeats its start, so prompt lookup finds something to propose.
+PROMPT = tiny_tokenizer().encode("def add(a, b):\n    return a + b\n\ndef add(a, b):")
+
+
+def run(engine: Engine, mode: str, params: DecodeParams, prompt_ids: Sequence[int] = PROMPT,
+        cancel: threading.Event | None = None) -> FinishedEvent:
+    events = list(engine.generate(prompt_ids, params, mode, cancel))
+    assert isinstance(events[-1], FinishedEvent)
+    assert all(isinstance(e, StepEvent) for e in events[:-1])
+    return events[-1]
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def engine(request: pytest.FixtureRequest) -> Engine:
+    return tiny_engine(request.param, eos_ids=frozenset())
+
+
+@pytest.mark.parametrize("mode", ["model", "prompt-lookup", "hybrid"])
+def test_greedy_speculation_is_token_identical_to_target_only_for_k_1_to_8(engine: Engine, mode: str):
+    reference = run(engine, "target", DecodeParams(k=1, max_new_tokens=48)).token_ids
+    assert len(reference) == 48
+    drafted = 0
+    for k in range(1, 9):
+        finished = run(engine, mode, DecodeParams(k=k, max_new_tokens=48))
+        assert finished.token_ids == reference, f"k={k}"
+        drafted += finished.summary.drafted
+    assert drafted > 0
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+def test_int8_target_stays_lossless(arch: str):
+    engine = tiny_engine(arch, precision="int8")
+    reference = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
+    for k in (2, 5, 8):
+        assert run(engine, "model", DecodeParams(k=k, max_new_tokens=40)).token_ids == reference
+
+
+def verify_and_stepwise_logits(arch: str, precision: str) -> tuple[torch.Tensor, torch.Tensor]:
+    model = prepare_model(tiny_model(arch), precision, torch.device("cpu"))
+    block, single = CachedModel(model), CachedModel(model)
+    drafts = [5, 77, 140, 9, 33, 260]
+    scored = block.logits_for([*PROMPT, *drafts], len(drafts) + 1)
+    stepwise = torch.stack([single.logits_for([*PROMPT, *drafts[:i]], 1)[0] for i in range(len(drafts) + 1)])
+    return scored, stepwise
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_int8_verify_pass_logits_are_bitwise_those_of_single_steps(arch: str):
+    assert "int8" in BATCH_INVARIANT
+    scored, stepwise = verify_and_stepwise_logits(arch, "int8")
+    assert torch.equal(scored, stepwise)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fp32_verify_pass_logits_match_single_steps_to_rounding(arch: str):
+    scored, stepwise = verify_and_stepwise_logits(arch, "fp32")
+    assert torch.allclose(scored, stepwise, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rollback_after_rejection_scores_like_a_fresh_cache(arch: str):
+    model = prepare_model(tiny_model(arch), "int8", torch.device("cpu"))
+    reused = CachedModel(model)
+    reused.logits_for([*PROMPT, 11, 12, 13, 14], 5)  # drafts 12..14 then get rejected
+    after = reused.logits_for([*PROMPT, 11, 99, 98], 3)
+    assert reused.ids == [*PROMPT, 11, 99, 98]
+    assert reused.cache.get_seq_length() == len(reused.ids)
+    assert torch.equal(after, CachedModel(model).logits_for([*PROMPT, 11, 99, 98], 3))
+
+
+def test_draft_cache_follows_the_accepted_context(engine: Engine):
+    finished = run(engine, "model", DecodeParams(k=4, max_new_tokens=30))
+    assert engine.draft is not None
+    context = [*PROMPT, *finished.token_ids]
+    # The draft cache only ever holds a prefix of the accepted context (plus at most k-1 drafts).
+    shared = engine.draft.ids[: len(context)]
+    assert context[: len(shared)] == shared
+    assert engine.draft.cache.get_seq_length() == len(engine.draft.ids)
+
+
+def test_tokens_are_labelled_by_origin_and_counted(engine: Engine):
+    events = list(engine.generate(PROMPT, DecodeParams(k=4, max_new_tokens=40), "model"))
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    summary = events[-1].summary
+    for step in steps:
+        origins = [t.origin for t in step.tokens]
+        # Accepted drafts come first; the step ends with the target's own token unless cut short.
+        assert origins[: step.record.accepted] == [Origin.DRAFT] * step.record.accepted
+        assert all(o is Origin.TARGET for o in origins[step.record.accepted :])
+        assert step.record.accepted <= step.record.drafted <= 4
+    assert summary.new_tokens == sum(len(s.tokens) for s in steps) == 40
+    assert summary.steps == len(steps)
+    assert summary.accepted == sum(s.record.accepted for s in steps)
+    # Streamed pieces add up to the reply; only an unfinished character at the very end is held back.
+    streamed = "".join(t.text for s in steps for t in s.tokens)
+    assert events[-1].text.startswith(streamed)
+    assert set(events[-1].text[len(streamed) :]) <= {"\ufffd"}
+
+
+@pytest.mark.parametrize("k,limit", [(4, 7), (8, 3), (1, 5), (6, 1)])
+def test_max_new_tokens_is_respected_exactly(engine: Engine, k: int, limit: int):
+    finished = run(engine, "model", DecodeParams(k=k, max_new_tokens=limit))
+    assert len(finished.token_ids) == limit
+    assert finished.summary.finish_reason == "length"
+
+
+class OracleDrafter:
+    """Proposes exactly what the target would say next: every draft is accepted."""
+
+    name = "oracle"
+
+    def __init__(self, continuation: Sequence[int], prompt_length: int) -> None:
+        self.continuation = list(continuation)
+        self.prompt_length = prompt_length
+
+    def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        start = len(context) - self.prompt_length
+        return Draft(self.continuation[start : start + k])
+
+
+def test_eos_inside_an_accepted_block_ends_the_reply_there():
+    engine = tiny_engine("qwen2")
+    greedy = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
+    eos_at = 9
+    eos = greedy[eos_at]
+    first = greedy.index(eos)
+    decoder = SpeculativeDecoder(engine.target, tiny_tokenizer(), frozenset({eos}), 256)
+    drafter = OracleDrafter(greedy, len(PROMPT))
+    events = list(decoder.generate(PROMPT, DecodeParams(k=8, max_new_tokens=40), drafter))
+    finished = events[-1]
+    assert finished.token_ids == greedy[: first + 1]
+    assert finished.summary.finish_reason == "eos"
+    # The EOS arrived as an accepted draft in the middle of a block, not at its end.
+    last_step = events[-2]
+    assert last_step.tokens[-1].id == eos and last_step.tokens[-1].origin is Origin.DRAFT
+
+
+def test_cancel_between_steps_keeps_the_partial_reply(engine: Engine):
+    cancel = threading.Event()
+    emitted: list[int] = []
+    finished = None
+    for event in engine.generate(PROMPT, DecodeParams(k=3, max_new_tokens=60), "model", cancel):
+        if isinstance(event, StepEvent):
+            emitted.extend(t.id for t in event.tokens)
+            if len(emitted) >= 5:
+                cancel.set()
+        else:
+            finished = event
+    assert finished is not None
+    assert finished.summary.finish_reason == "cancelled"
+    assert list(finished.token_ids) == emitted
+    assert 5 <= len(emitted) < 60
+
+
+def test_prompt_longer_than_the_context_is_a_clear_error(engine: Engine):
+    with pytest.raises(PromptTooLongError, match="300 tokens .* context holds 256"):
+        next(engine.generate([5] * 300, DecodeParams(), "model"))
+
+
+def test_generation_stops_at_the_context_limit(engine: Engine):
+    finished = run(engine, "model", DecodeParams(k=4, max_new_tokens=100), prompt_ids=[5] * 240)
+    assert len(finished.token_ids) == 16
+    assert finished.summary.finish_reason == "context"
+
+
+def test_tau_below_one_accepts_at_least_as_many_on_the_same_block():
+    engine = tiny_engine("qwen2", noise=0.1)
+    sampler = Sampler(0.0, 1.0, torch.Generator())
+    assert engine.model_drafter is not None
+    more = 0
+    for cut in range(len(PROMPT) - 8, len(PROMPT)):
+        context = PROMPT[:cut]
+        draft = engine.model_drafter.propose(context, 6, sampler)
+        logits = engine.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1)
+        drafts = torch.tensor(draft.tokens)
+        strict = greedy_verdict(drafts, logits, 1.0).accepted
+        lenient = greedy_verdict(drafts, logits, 0.3).accepted
+        assert lenient >= strict
+        more += lenient > strict
+    run_strict = run(engine, "model", DecodeParams(k=6, tau=1.0, max_new_tokens=40)).summary
+    run_lenient = run(engine, "model", DecodeParams(k=6, tau=0.3, max_new_tokens=40)).summary
+    assert run_lenient.acceptance_rate >= run_strict.acceptance_rate
+    assert more > 0 or run_lenient.acceptance_rate > run_strict.acceptance_rate
+
+
+def test_same_seed_gives_the_same_sampled_reply(engine: Engine):
+    params = DecodeParams(k=3, temperature=0.9, top_p=0.95, max_new_tokens=30, seed=7)
+    first = run(engine, "model", params).token_ids
+    assert run(engine, "model", params).token_ids == first
+    assert run(engine, "model", DecodeParams(**{**params.__dict__, "seed": 8})).token_ids != first
+
+
+def test_a_new_turn_reuses_the_cache_and_matches_a_fresh_engine():
+    engine = tiny_engine("llama", eos_ids=frozenset())
+    first = run(engine, "model", DecodeParams(k=4, max_new_tokens=12))
+    follow_up = [*PROMPT, *first.token_ids, *prompt("and now subtract")]
+    reused_before = len(engine.target.ids)
+    second = run(engine, "model", DecodeParams(k=4, max_new_tokens=12), prompt_ids=follow_up)
+    assert reused_before > len(PROMPT)
+    fresh = tiny_engine("llama", eos_ids=frozenset())
+    assert run(fresh, "model", DecodeParams(k=4, max_new_tokens=12), prompt_ids=follow_up).token_ids == second.token_ids
+
+
+@pytest.mark.parametrize("extra_draft, extra_target", [(16, 0), (0, 16)])
+def test_draft_and_target_logits_of_different_widths(extra_draft: int, extra_target: int):
+    width = len(tiny_tokenizer())
+    target = prepare_model(tiny_model("qwen2", vocab_size=width + extra_target), "fp32", torch.device("cpu"))
+    draft = prepare_model(perturbed(tiny_model("qwen2", vocab_size=width + extra_draft), 0.0),
+                          "fp32", torch.device("cpu"))
+    engine = Engine(target, tiny_tokenizer(), draft=draft, eos_ids=eos_token_ids(target, tiny_tokenizer()),
+                    max_context=context_length(target), vocab_size=target.config.vocab_size)
+    reference = run(engine, "target", DecodeParams(max_new_tokens=30)).token_ids
+    for temperature in (0.0, 0.8):
+        finished = run(engine, "model", DecodeParams(k=4, max_new_tokens=30, temperature=temperature))
+        assert all(t < target.config.vocab_size for t in finished.token_ids)
+    assert run(engine, "model", DecodeParams(k=4, max_new_tokens=30)).token_ids == reference
+
+
+def test_draft_min_confidence_shortens_drafts():
+    eager = run(tiny_engine("qwen2", noise=0.1), "model", DecodeParams(k=8, max_new_tokens=40)).summary
+    cautious_engine = tiny_engine("qwen2", noise=0.1, min_confidence=0.9)
+    cautious = run(cautious_engine, "model", DecodeParams(k=8, max_new_tokens=40)).summary
+    assert cautious.drafted / cautious.steps < eager.drafted / eager.steps

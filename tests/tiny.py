@@ -1,0 +1,128 @@
+"""Tiny random models and a tiny tokenizer, built in a second, for tests that must not need the real pair."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from specdec_tui.engine.session import Engine
+from specdec_tui.models.loader import context_length, eos_token_ids, prepare_model
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "for i in range(10):\n    print(i)\n",
+    "The quick brown fox jumps over the lazy dog.",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+    "Speculative decoding drafts tokens and verifies them in one pass. ünïcödé ✓ 漢字",
+] * 20
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+ARCHS = ("qwen2", "llama", "gpt2")
+
+
+@cache
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    backend.train_from_iterator(CORPUS, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_model(arch: str, seed: int = 0, vocab_size: int | None = None, layers: int = 2) -> PreTrainedModel:
+    """A random causal LM of ``arch`` whose vocabulary matches ``tiny_tokenizer``."""
+    tokenizer = tiny_tokenizer()
+    vocab = vocab_size or len(tokenizer)
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    if arch == "qwen2":
+        config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                             initializer_range=0.3, **common)
+        model = Qwen2ForCausalLM(config)
+    elif arch == "llama":
+        config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
+                             initializer_range=0.3, **common)
+        model = LlamaForCausalLM(config)
+    elif arch == "gpt2":
+        config = GPT2Config(n_embd=64, n_layer=layers, n_head=4, n_positions=256, initializer_range=0.3,
+                            bos_token_id=tokenizer.eos_token_id, **common)
+        model = GPT2LMHeadModel(config)
+    else:
+        raise ValueError(arch)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model.eval()
+
+
+def perturbed(model: PreTrainedModel, scale: float, seed: int = 1) -> PreTrainedModel:
+    """A copy of ``model`` with Gaussian noise on every weight: a draft that mostly agrees."""
+    draft = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in draft.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * scale * param.std().clamp(min=1e-3))
+    return draft
+
+
+def tiny_engine(
+    arch: str = "qwen2",
+    precision: str = "fp32",
+    noise: float = 0.05,
+    min_confidence: float = 0.0,
+    seed: int = 0,
+    eos_ids: frozenset[int] | None = None,
+) -> Engine:
+    """Target and a noisy copy as draft; ``eos_ids`` = frozenset() never stops early."""
+    target = tiny_model(arch, seed)
+    draft = perturbed(target, noise, seed + 1)
+    device = torch.device("cpu")
+    prepare_model(target, precision, device)
+    prepare_model(draft, precision, device)
+    tokenizer = tiny_tokenizer()
+    return Engine(
+        target,
+        tokenizer,
+        draft=draft,
+        eos_ids=eos_token_ids(target, tokenizer) if eos_ids is None else eos_ids,
+        max_context=context_length(target),
+        vocab_size=target.config.vocab_size,
+        min_confidence=min_confidence,
+    )
+
+
+def save_tiny(folder: Path, arch: str = "qwen2", seed: int = 0, tokenizer: PreTrainedTokenizerFast | None = None) -> Path:
+    """Write a tiny model and tokenizer as a transformers folder."""
+    tiny_model(arch, seed).save_pretrained(folder)
+    (tokenizer or tiny_tokenizer()).save_pretrained(folder)
+    return folder
+
+
+def prompt(text: str = "def add(a, b):") -> list[int]:
+    return tiny_tokenizer().apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )

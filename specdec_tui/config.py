@@ -15,6 +15,7 @@ and the same value from the environment is ``SPECDEC_DECODING__K=6``.
 
 from __future__ import annotations
 
+import argparse
 import os
 import tomllib
 from collections.abc import Mapping
@@ -212,3 +213,52 @@ def describe_settings(settings: Settings, origins: Mapping[str, str]) -> str:
         shown = str(value) if isinstance(value, Path) else repr(value)
         lines.append(f"{group}.{name} = {shown}".ljust(52) + f"  # {origins[f'{group}.{name}']}")
     return "\n".join(lines)
+
+
+#: Command-line flag -> (group, name). Every flag maps onto one setting.
+FLAGS: dict[str, tuple[str, str]] = {
+    "--target": ("models", "target"),
+    "--draft": ("models", "draft"),
+    "--precision": ("models", "precision"),
+    "--draft-precision": ("models", "draft_precision"),
+    "--device": ("models", "device"),
+    "--cache-dir": ("models", "cache_dir"),
+    "--drafter": ("decoding", "drafter"),
+    "--k": ("decoding", "k"),
+    "--tau": ("decoding", "tau"),
+    "--temperature": ("decoding", "temperature"),
+    "--top-p": ("decoding", "top_p"),
+    "--max-new-tokens": ("decoding", "max_new_tokens"),
+    "--seed": ("decoding", "seed"),
+    "--draft-min-confidence": ("decoding", "draft_min_confidence"),
+    "--system-prompt": ("chat", "system_prompt"),
+    "--history": ("chat", "history_path"),
+    "--theme": ("chat", "theme"),
+}
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] = ("models", "decoding", "chat")) -> None:
+    """Add ``--config``, ``--show-settings`` and one flag per setting in the ``only`` groups."""
+    group = parser.add_argument_group("settings (override the config file and SPECDEC_* variables)")
+    group.add_argument("--config", type=Path, help="TOML config file (default: $SPECDEC_CONFIG or "
+                       f"{default_config_path()})")
+    group.add_argument("--show-settings", action="store_true",
+                       help="print the effective settings and where each came from, then exit")
+    for flag, (section, name) in FLAGS.items():
+        if section in only:
+            info = getattr(Settings.model_fields[section].annotation, "model_fields")[name]
+            group.add_argument(flag, dest=f"{section}.{name}", metavar=name.upper(), help=info.description)
+
+
+def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The settings given on the command line, as nested groups (strings; pydantic converts)."""
+    overrides: dict[str, dict[str, Any]] = {}
+    for key, value in vars(args).items():
+        if "." in key and value is not None:
+            section, name = key.split(".", 1)
+            overrides.setdefault(section, {})[name] = value
+    return overrides
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
+    return load_settings(cli_overrides(args), config=args.config)

@@ -38,12 +38,12 @@ ARCHS = ("qwen2", "llama", "gpt2")
 
 
 @cache
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
+def tiny_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=320, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     backend.train_from_iterator(CORPUS, trainer)
     tokenizer = PreTrainedTokenizerFast(

@@ -95,10 +95,9 @@ def _load_weights(source: str, name: str) -> tuple[PreTrainedTokenizerBase, PreT
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    except OSError as exc:
-        raise ModelError(f"cannot load {name}: {str(exc).splitlines()[0]}") from exc
-    except (ValueError, KeyError, RuntimeError) as exc:
-        raise ModelError(f"cannot load {name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+    except Exception as exc:  # noqa: BLE001 - loaders raise many kinds for a bad file; all mean "cannot load"
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot load {name}: {reason}") from exc
     return tokenizer, model
 
 

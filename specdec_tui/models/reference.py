@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from dataclasses import dataclass
@@ -51,4 +52,7 @@ def parse_ref(text: str) -> ModelRef:
     looks_like_path = text.startswith(("/", ".", "~")) or text.count("/") > 1
     if looks_like_path or not HUB_ID.match(text):
         raise ModelError(f"model path {text} does not exist")
+    close = difflib.get_close_matches(text, PRESETS, n=1, cutoff=0.8)
+    if close:
+        raise ModelError(f"unknown model {text}; did you mean the preset {close[0]}?")
     return ModelRef("hub", text)

@@ -1,0 +1,100 @@
+"""specdec-models: list, fetch, verify and remove the models in the cache."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
+from specdec_tui.models.cache import ModelCache
+from specdec_tui.models.errors import ModelError
+from specdec_tui.models.loader import local_source
+from specdec_tui.models.presets import PRESETS
+from specdec_tui.models.reference import parse_ref
+from specdec_tui.terminal_progress import TerminalProgress
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def cmd_list(cache: ModelCache, names: list[str]) -> int:
+    print(f"cache: {cache.root}")
+    print("presets:")
+    for preset in PRESETS.values():
+        state = cache.check(preset.name)
+        shown = "cached" if state is None else state
+        print(f"  {preset.name:<22} {shown:<14} {preset.description}")
+    others = [key for key in cache.entries() if key not in PRESETS]
+    if others:
+        print("converted GGUF files:")
+        for key in others:
+            state = cache.check(key)
+            print(f"  {key:<40} {'ok' if state is None else state}  {cache.entry(key).source.get('gguf', '')}")
+    return 0
+
+
+def cmd_fetch(cache: ModelCache, names: list[str]) -> int:
+    progress = TerminalProgress()
+    try:
+        for name in names:
+            folder = local_source(parse_ref(name), cache, progress)
+            progress.close()
+            print(f"{name}: ready in {folder}")
+    finally:
+        progress.close()
+    return 0
+
+
+def cmd_verify(cache: ModelCache, names: list[str]) -> int:
+    failed = 0
+    for name in names or cache.entries():
+        key = parse_ref(name).cache_key if name not in cache.entries() else name
+        problem = cache.check(key, full=True)
+        if problem is None:
+            print(f"{name}: ok ({_size(cache.entry(key).bytes)}, every file matches its sha256)")
+        else:
+            failed += 1
+            print(f"{name}: {problem}; run `specdec-models fetch {name}` to rebuild it")
+    return 1 if failed else 0
+
+
+def cmd_remove(cache: ModelCache, names: list[str]) -> int:
+    for name in names:
+        key = name if name in cache.entries() else parse_ref(name).cache_key
+        print(f"{name}: {'removed' if cache.remove(key) else 'was not cached'}")
+    return 0
+
+
+COMMANDS = {"list": cmd_list, "fetch": cmd_fetch, "verify": cmd_verify, "remove": cmd_remove}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specdec-models", description=__doc__)
+    parser.add_argument("command", choices=COMMANDS, help="what to do")
+    parser.add_argument("names", nargs="*", help="presets, .gguf files or cache entries "
+                        "(fetch: default the configured draft and target)")
+    add_settings_flags(parser, only=("models",))
+    args = parser.parse_args(argv)
+    try:
+        settings, origins = settings_from_args(args)
+        if args.show_settings:
+            print(describe_settings(settings, origins))
+            return 0
+        cache = ModelCache(settings.models.cache_dir)
+        names = args.names
+        if args.command == "fetch" and not names:
+            names = [settings.models.draft, settings.models.target]
+        if args.command == "remove" and not names:
+            parser.error("remove needs the names of the models to remove")
+        return COMMANDS[args.command](cache, names)
+    except (ModelError, SettingsError) as exc:
+        print(f"specdec-models: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specdec-models: interrupted; nothing half-written is kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

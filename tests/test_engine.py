@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 import torch
-from tiny import ARCHS, perturbed, prompt, tiny_engine, tiny_model, tiny_tokenizer
+from tiny import ARCHS, perturbed, prompt, runner_for, tiny_engine, tiny_model, tiny_tokenizer
 
 from specdec_tui.engine.acceptance import greedy_verdict
 from specdec_tui.engine.cached_model import CachedModel
@@ -21,7 +21,7 @@ from specdec_tui.engine.decoder import (
 )
 from specdec_tui.engine.drafters import Draft, Sampler
 from specdec_tui.engine.session import Engine
-from specdec_tui.models.loader import context_length, eos_token_ids, prepare_model
+from specdec_tui.models.loader import context_length, eos_token_ids
 from specdec_tui.models.precision import BATCH_INVARIANT
 
 # Raw text whose end repeats its start, so prompt lookup finds something to propose.
@@ -36,9 +36,14 @@ def run(engine: Engine, mode: str, params: DecodeParams, prompt_ids: Sequence[in
     return events[-1]
 
 
-@pytest.fixture(scope="module", params=ARCHS)
+# Each architecture through the runner the app would pick, plus Qwen2 through transformers' forward.
+ENGINES = [(arch, True) for arch in ARCHS] + [("qwen2", False)]
+
+
+@pytest.fixture(scope="module", params=ENGINES, ids=lambda p: f"{p[0]}-{'fast' if p[1] else 'hf'}")
 def engine(request: pytest.FixtureRequest) -> Engine:
-    return tiny_engine(request.param, eos_ids=frozenset())
+    arch, fast = request.param
+    return tiny_engine(arch, eos_ids=frozenset(), fast=fast)
 
 
 @pytest.mark.parametrize("mode", ["model", "prompt-lookup", "hybrid"])
@@ -61,37 +66,47 @@ def test_int8_target_stays_lossless(arch: str):
         assert run(engine, "model", DecodeParams(k=k, max_new_tokens=40)).token_ids == reference
 
 
-def verify_and_stepwise_logits(arch: str, precision: str) -> tuple[torch.Tensor, torch.Tensor]:
-    model = prepare_model(tiny_model(arch), precision, torch.device("cpu"))
-    block, single = CachedModel(model), CachedModel(model)
+def cached(arch: str, precision: str, fast: bool) -> CachedModel:
+    return CachedModel(runner_for(tiny_model(arch), precision, fast))
+
+
+def verify_and_stepwise_logits(arch: str, precision: str, fast: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    block, single = cached(arch, precision, fast), cached(arch, precision, fast)
     drafts = [5, 77, 140, 9, 33, 260]
     scored = block.logits_for([*PROMPT, *drafts], len(drafts) + 1)
     stepwise = torch.stack([single.logits_for([*PROMPT, *drafts[:i]], 1)[0] for i in range(len(drafts) + 1)])
     return scored, stepwise
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_int8_verify_pass_logits_are_bitwise_those_of_single_steps(arch: str):
+@pytest.mark.parametrize("arch, fast", ENGINES)
+def test_int8_verify_pass_logits_are_bitwise_those_of_single_steps(arch: str, fast: bool):
     assert "int8" in BATCH_INVARIANT
-    scored, stepwise = verify_and_stepwise_logits(arch, "int8")
+    scored, stepwise = verify_and_stepwise_logits(arch, "int8", fast)
     assert torch.equal(scored, stepwise)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_fp32_verify_pass_logits_match_single_steps_to_rounding(arch: str):
-    scored, stepwise = verify_and_stepwise_logits(arch, "fp32")
+@pytest.mark.parametrize("arch, fast", ENGINES)
+def test_fp32_verify_pass_logits_match_single_steps_to_rounding(arch: str, fast: bool):
+    scored, stepwise = verify_and_stepwise_logits(arch, "fp32", fast)
     assert torch.allclose(scored, stepwise, atol=1e-4)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_rollback_after_rejection_scores_like_a_fresh_cache(arch: str):
-    model = prepare_model(tiny_model(arch), "int8", torch.device("cpu"))
-    reused = CachedModel(model)
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_the_lean_forward_computes_what_transformers_computes(arch: str):
+    context = [*PROMPT, 11, 12, 13]
+    fast, hf = cached(arch, "fp32", True), cached(arch, "fp32", False)
+    assert torch.allclose(fast.logits_for(context, 4), hf.logits_for(context, 4), atol=1e-4)
+    long_context = list(range(3, 200))  # past the row-at-a-time limit: the prefill path
+    assert torch.allclose(fast.logits_for(long_context, 2), hf.logits_for(long_context, 2), atol=1e-4)
+
+
+@pytest.mark.parametrize("arch, fast", ENGINES)
+def test_rollback_after_rejection_scores_like_a_fresh_cache(arch: str, fast: bool):
+    reused = cached(arch, "int8", fast)
     reused.logits_for([*PROMPT, 11, 12, 13, 14], 5)  # drafts 12..14 then get rejected
     after = reused.logits_for([*PROMPT, 11, 99, 98], 3)
     assert reused.ids == [*PROMPT, 11, 99, 98]
-    assert reused.cache.get_seq_length() == len(reused.ids)
-    assert torch.equal(after, CachedModel(model).logits_for([*PROMPT, 11, 99, 98], 3))
+    assert torch.equal(after, cached(arch, "int8", fast).logits_for([*PROMPT, 11, 99, 98], 3))
 
 
 def test_draft_cache_follows_the_accepted_context(engine: Engine):
@@ -101,7 +116,6 @@ def test_draft_cache_follows_the_accepted_context(engine: Engine):
     # The draft cache only ever holds a prefix of the accepted context (plus at most k-1 drafts).
     shared = engine.draft.ids[: len(context)]
     assert context[: len(shared)] == shared
-    assert engine.draft.cache.get_seq_length() == len(engine.draft.ids)
 
 
 def test_tokens_are_labelled_by_origin_and_counted(engine: Engine):
@@ -230,11 +244,11 @@ def test_a_new_turn_reuses_the_cache_and_matches_a_fresh_engine():
 @pytest.mark.parametrize("extra_draft, extra_target", [(16, 0), (0, 16)])
 def test_draft_and_target_logits_of_different_widths(extra_draft: int, extra_target: int):
     width = len(tiny_tokenizer())
-    target = prepare_model(tiny_model("qwen2", vocab_size=width + extra_target), "fp32", torch.device("cpu"))
-    draft = prepare_model(perturbed(tiny_model("qwen2", vocab_size=width + extra_draft), 0.0),
-                          "fp32", torch.device("cpu"))
-    engine = Engine(target, tiny_tokenizer(), draft=draft, eos_ids=eos_token_ids(target, tiny_tokenizer()),
-                    max_context=context_length(target), vocab_size=target.config.vocab_size)
+    target = tiny_model("qwen2", vocab_size=width + extra_target)
+    draft = perturbed(tiny_model("qwen2", vocab_size=width + extra_draft), 0.0)
+    engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=runner_for(draft, "fp32"),
+                    eos_ids=eos_token_ids(target, tiny_tokenizer()), max_context=context_length(target),
+                    vocab_size=target.config.vocab_size)
     reference = run(engine, "target", DecodeParams(max_new_tokens=30)).token_ids
     for temperature in (0.0, 0.8):
         finished = run(engine, "model", DecodeParams(k=4, max_new_tokens=30, temperature=temperature))

@@ -17,7 +17,10 @@ import torch
 from tiny import save_tiny, tiny_tokenizer
 
 from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
+from specdec_tui.engine.cached_model import HFRunner
 from specdec_tui.models.errors import ModelError
+from specdec_tui.models.fast_llama import FastLlama
+from specdec_tui.models.precision import DynamicInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.loader import check_same_tokenizer, load_model, load_pair, resolve_device
 from specdec_tui.models.presets import PRESETS, Preset
 from specdec_tui.models.progress import Progress
@@ -287,7 +290,10 @@ def test_a_model_folder_loads_ready_for_decoding(tmp_path: Path):
     assert loaded.max_context == 256
     assert loaded.eos_ids == frozenset({tiny_tokenizer().eos_token_id})
     assert loaded.vocab_size == len(tiny_tokenizer())
-    assert loaded.model.config._attn_implementation == "specdec_row_exact"
+    assert isinstance(loaded.runner, FastLlama)  # the lean forward for a Llama-family model on CPU
+    gpt2 = load_model(str(save_tiny(tmp_path / "g", "gpt2")), precision="int8", device=CPU, cache=ModelCache(tmp_path))
+    assert isinstance(gpt2.runner, HFRunner)
+    assert gpt2.model.config._attn_implementation == "specdec_row_exact"
 
 
 def test_an_unknown_precision_is_refused(tmp_path: Path):
@@ -317,6 +323,16 @@ def test_a_pair_sharing_a_tokenizer_loads(tmp_path: Path):
                      precision="int8", draft_precision="fp16", device="auto", cache_dir=tmp_path / "c")
     assert pair.draft is not None and pair.draft.precision == "fp16"
     check_same_tokenizer(pair.draft, pair.target)
+
+
+def test_int8_is_exact_for_the_target_and_the_fast_kernel_for_the_draft(tmp_path: Path):
+    pair = load_pair(str(save_tiny(tmp_path / "t", "qwen2")), str(save_tiny(tmp_path / "d", "qwen2", seed=3)),
+                     precision="int8", draft_precision="int8", device="cpu", cache_dir=tmp_path / "c")
+    assert pair.draft is not None
+    assert all(isinstance(m, RowwiseInt8Linear) for m in pair.target.runner.layers[0])
+    assert all(isinstance(m, DynamicInt8Linear) for m in pair.draft.runner.layers[0])
+    hf_draft = pair.draft.hf_model()  # the transformers copy for HF generate keeps the same kernels
+    assert isinstance(hf_draft.model.layers[0].mlp.down_proj, DynamicInt8Linear)
 
 
 def test_asking_for_cuda_without_one_is_a_clear_error():

@@ -35,8 +35,7 @@ def pair() -> ModelPair:
 @pytest.fixture(scope="module")
 def engine(pair: ModelPair) -> Engine:
     assert pair.draft is not None
-    return Engine(pair.target.model, pair.target.tokenizer, draft=pair.draft.model, eos_ids=pair.target.eos_ids,
-                  max_context=pair.target.max_context, vocab_size=pair.target.vocab_size)
+    return pair.engine()
 
 
 def reply(engine: Engine, pair: ModelPair, text: str, mode: str, **params: object) -> FinishedEvent:

@@ -20,7 +20,8 @@ from transformers import (
 )
 
 from specdec_tui.engine.session import Engine
-from specdec_tui.models.loader import context_length, eos_token_ids, prepare_model
+from specdec_tui.engine.cached_model import HFRunner, Runner
+from specdec_tui.models.loader import context_length, eos_token_ids, make_runner, prepare_model
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -96,23 +97,32 @@ def tiny_engine(
     min_confidence: float = 0.0,
     seed: int = 0,
     eos_ids: frozenset[int] | None = None,
+    fast: bool = True,
 ) -> Engine:
-    """Target and a noisy copy as draft; ``eos_ids`` = frozenset() never stops early."""
+    """Target and a noisy copy as draft; ``eos_ids`` = frozenset() never stops early.
+
+    ``fast`` picks the runner as the app does (the lean forward where supported); False forces
+    transformers' own forward.
+    """
     target = tiny_model(arch, seed)
     draft = perturbed(target, noise, seed + 1)
     device = torch.device("cpu")
-    prepare_model(target, precision, device)
-    prepare_model(draft, precision, device)
     tokenizer = tiny_tokenizer()
     return Engine(
-        target,
+        runner_for(target, precision, fast),
         tokenizer,
-        draft=draft,
+        draft=runner_for(draft, precision, fast, exact=False),
         eos_ids=eos_token_ids(target, tokenizer) if eos_ids is None else eos_ids,
         max_context=context_length(target),
         vocab_size=target.config.vocab_size,
         min_confidence=min_confidence,
     )
+
+
+def runner_for(model: PreTrainedModel, precision: str, fast: bool = True, exact: bool = True) -> Runner:
+    if fast:
+        return make_runner(model, precision, torch.device("cpu"), exact)
+    return HFRunner(prepare_model(model, precision, torch.device("cpu"), exact))
 
 
 def save_tiny(folder: Path, arch: str = "qwen2", seed: int = 0, tokenizer: PreTrainedTokenizerFast | None = None) -> Path:

@@ -8,9 +8,52 @@ the next call simply no longer contains the rejected tokens.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+
+
+class Runner(Protocol):
+    """A model that appends tokens to its own KV cache and can forget the cache's tail."""
+
+    #: Token ids below this have an input embedding.
+    input_vocab: int
+
+    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
+        """Append ``ids``; return logits (n_logits, vocab) after each of the last ``n_logits``."""
+        ...
+
+    def crop(self, length: int) -> None:
+        """Keep only the first ``length`` cached positions."""
+        ...
+
+    def reset(self) -> None:
+        ...
+
+
+class HFRunner:
+    """Any transformers causal LM, through its own forward and a ``DynamicCache``."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.input_vocab = model.get_input_embeddings().num_embeddings
+        self.cache = DynamicCache(config=model.config)
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+
+    def crop(self, length: int) -> None:
+        extra = self.cache.get_seq_length() - length
+        if extra > 0:
+            self.cache.crop(-extra)
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
+        return out.logits[0, -n_logits:].float().cpu()
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -21,32 +64,30 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class CachedModel:
-    def __init__(self, model: PreTrainedModel) -> None:
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.cache = DynamicCache(config=model.config)
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
         self.ids: list[int] = []
 
+    @property
+    def input_vocab(self) -> int:
+        return self.runner.input_vocab
+
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.runner.reset()
         self.ids = []
 
     def _sync(self, ids: Sequence[int], keep_at_most: int) -> list[int]:
         """Crop the cache to what it shares with ``ids`` (at most ``keep_at_most``); return the rest."""
         keep = min(common_prefix_length(self.ids, ids), keep_at_most)
         if keep < len(self.ids):
-            self.cache.crop(keep - len(self.ids))
+            self.runner.crop(keep)
             del self.ids[keep:]
         return list(ids[keep:])
 
-    @torch.inference_mode()
     def _forward(self, new: list[int], n_logits: int) -> torch.Tensor:
-        input_ids = torch.tensor([new], dtype=torch.long, device=self.device)
-        out = self.model(
-            input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits
-        )
+        logits = self.runner.forward(new, n_logits)
         self.ids.extend(new)
-        return out.logits[0, -n_logits:].float().cpu()
+        return logits
 
     def prefill(self, ids: Sequence[int]) -> None:
         """Make the cache hold exactly ``ids``."""

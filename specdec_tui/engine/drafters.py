@@ -66,8 +66,7 @@ class ModelDrafter:
         self.model = model
         self.vocab_size = vocab_size
         self.min_confidence = min_confidence
-        embeddings = model.model.get_input_embeddings()
-        self.embeddable = embeddings.num_embeddings if embeddings is not None else vocab_size
+        self.embeddable = model.input_vocab
 
     def _embeddable(self, context: Sequence[int]) -> Sequence[int]:
         """``context`` with ids the draft has no embedding for (padded target vocabularies) replaced."""

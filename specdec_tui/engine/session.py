@@ -6,9 +6,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
-from specdec_tui.engine.cached_model import CachedModel
+from specdec_tui.engine.cached_model import CachedModel, Runner
 from specdec_tui.engine.decoder import DecodeParams, Event, SpeculativeDecoder
 from specdec_tui.engine.drafters import Drafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
 
@@ -19,10 +19,10 @@ MODES: tuple[str, ...] = ("model", "prompt-lookup", "hybrid", "target")
 class Engine:
     def __init__(
         self,
-        target: PreTrainedModel,
+        target: Runner,
         tokenizer: PreTrainedTokenizerBase,
         *,
-        draft: PreTrainedModel | None,
+        draft: Runner | None,
         eos_ids: frozenset[int],
         max_context: int,
         vocab_size: int,

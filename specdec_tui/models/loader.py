@@ -8,10 +8,13 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specdec_tui.engine.cached_model import HFRunner, Runner
+from specdec_tui.engine.session import Engine
+from specdec_tui.models.fast_llama import FastLlama, supports_fast_llama
 from specdec_tui.models.attention import ROW_EXACT, supports_row_exact
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.errors import ModelError
-from specdec_tui.models.precision import PRECISIONS, apply_precision
+from specdec_tui.models.precision import PRECISIONS, PackProgress, apply_precision
 from specdec_tui.models.presets import PRESETS
 from specdec_tui.models.progress import Progress, ProgressFn, no_progress
 from specdec_tui.models.provision import convert_gguf, fetch_preset
@@ -22,18 +25,40 @@ from specdec_tui.models.reference import ModelRef, parse_ref
 class LoadedModel:
     name: str
     model: PreTrainedModel
+    runner: Runner
     tokenizer: PreTrainedTokenizerBase
     precision: str
     device: torch.device
     max_context: int
     eos_ids: frozenset[int]
     vocab_size: int
+    role: str
+
+    def hf_model(self) -> PreTrainedModel:
+        """The transformers model at this precision (for Hugging Face generate())."""
+        if isinstance(self.runner, HFRunner):
+            return self.model
+        if not getattr(self.model, "_specdec_prepared", False):
+            prepare_model(self.model, self.precision, self.device, self.role == "target")
+            self.model._specdec_prepared = True
+        return self.model
 
 
 @dataclass
 class ModelPair:
     target: LoadedModel
     draft: LoadedModel | None
+
+    def engine(self, min_confidence: float = 0.0) -> Engine:
+        return Engine(
+            self.target.runner,
+            self.target.tokenizer,
+            draft=self.draft.runner if self.draft is not None else None,
+            eos_ids=self.target.eos_ids,
+            max_context=self.target.max_context,
+            vocab_size=self.target.vocab_size,
+            min_confidence=min_confidence,
+        )
 
 
 def resolve_device(setting: str) -> torch.device:
@@ -80,15 +105,40 @@ def context_length(model: PreTrainedModel) -> int:
     return 2048
 
 
-def prepare_model(model: PreTrainedModel, precision: str, device: torch.device,
-                  on_packed=lambda done, total: None) -> PreTrainedModel:  # type: ignore[no-untyped-def]
+def prepare_model(
+    model: PreTrainedModel,
+    precision: str,
+    device: torch.device,
+    exact: bool = True,
+    on_packed: PackProgress = lambda done, total: None,
+) -> PreTrainedModel:
     """Put ``model`` in inference mode at ``precision`` on ``device`` with row-exact attention."""
     model.eval()
     model.requires_grad_(False)
-    apply_precision(model, precision, device, on_packed)
+    apply_precision(model, precision, device, exact, on_packed)
     if supports_row_exact(model.config):
         model.config._attn_implementation = ROW_EXACT
     return model.to(device)
+
+
+def make_runner(
+    model: PreTrainedModel,
+    precision: str,
+    device: torch.device,
+    exact: bool = True,
+    head_tokens: int | None = None,
+    keep_tokens: tuple[int, ...] = (),
+    on_packed: PackProgress = lambda done, total: None,
+) -> Runner:
+    """The fastest runner for ``model``: the lean Llama-family forward on CPU, else transformers'.
+
+    ``exact`` is for a target: its verify blocks must compute what single steps compute.
+    """
+    model.eval()
+    model.requires_grad_(False)
+    if device.type == "cpu" and supports_fast_llama(model):
+        return FastLlama(model, precision, exact, head_tokens, keep_tokens, on_packed)
+    return HFRunner(prepare_model(model, precision, device, exact, on_packed))
 
 
 def _load_weights(source: str, name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
@@ -108,7 +158,10 @@ def load_model(
     device: torch.device,
     cache: ModelCache,
     progress: ProgressFn = no_progress,
+    role: str = "target",
+    head_tokens: int | None = None,
 ) -> LoadedModel:
+    """Load ``reference`` as a ``role`` ("target" or "draft"): a target gets exact kernels."""
     if precision not in PRECISIONS:
         raise ModelError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     ref = parse_ref(reference)
@@ -130,16 +183,20 @@ def load_model(
     def on_packed(done: int, total: int) -> None:
         progress(Progress(reference, "prepare", done, total, f"packing {precision} weights"))
 
-    prepare_model(model, precision, device, on_packed)
+    eos_ids = eos_token_ids(model, tokenizer)
+    specials = tuple(tokenizer.all_special_ids) + tuple(eos_ids)
+    runner = make_runner(model, precision, device, role == "target", head_tokens, specials, on_packed)
     return LoadedModel(
         name=reference,
         model=model,
+        runner=runner,
         tokenizer=tokenizer,
         precision=precision,
         device=device,
         max_context=context_length(model),
-        eos_ids=eos_token_ids(model, tokenizer),
+        eos_ids=eos_ids,
         vocab_size=vocab_size,
+        role=role,
     )
 
 
@@ -167,12 +224,14 @@ def load_pair(
     device: str,
     cache_dir: Path,
     progress: ProgressFn = no_progress,
+    draft_head_tokens: int | None = None,
 ) -> ModelPair:
     cache = ModelCache(cache_dir)
     resolved = resolve_device(device)
     target_model = load_model(target, precision=precision, device=resolved, cache=cache, progress=progress)
     if draft is None:
         return ModelPair(target_model, None)
-    draft_model = load_model(draft, precision=draft_precision, device=resolved, cache=cache, progress=progress)
+    draft_model = load_model(draft, precision=draft_precision, device=resolved, cache=cache, progress=progress,
+                             role="draft", head_tokens=draft_head_tokens)
     check_same_tokenizer(draft_model, target_model)
     return ModelPair(target_model, draft_model)

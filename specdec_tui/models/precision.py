@@ -26,7 +26,7 @@ from transformers.pytorch_utils import Conv1D
 Precision = Literal["fp32", "fp16", "bf16", "int8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 
-#: Precisions whose verify pass over M tokens is computed exactly as M single steps.
+#: Precisions whose verify pass over M tokens is computed exactly as M single steps (for a target).
 BATCH_INVARIANT: frozenset[str] = frozenset({"int8"})
 
 PackProgress = Callable[[int, int], None]
@@ -78,18 +78,40 @@ class _RowScaledInput:
         return anchor
 
 
+def _packed_int8(linear: nn.Linear, with_bias: bool) -> object:
+    """fbgemm-packed int8 weights, one scale per output channel."""
+    weight = linear.weight.detach().float()
+    scales = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
+    zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+    bias = linear.bias.detach().float() if with_bias and linear.bias is not None else None
+    return torch.ops.quantized.linear_prepack(qweight, bias)
+
+
+class DynamicInt8Linear(nn.Module):
+    """int8 weights, activations quantized per call over the whole tensor: fastest, not batch-invariant.
+
+    A verify block's rows share one activation scale, so they differ from single steps; fine for a
+    draft, whose numbers only decide what gets proposed.
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.packed = _packed_int8(linear, with_bias=True)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+
+
 class RowwiseInt8Linear(nn.Module):
     """int8 weights (per output channel), int8 activations scaled per row: batch-invariant."""
 
     def __init__(self, linear: nn.Linear, shared_input: _RowScaledInput) -> None:
         super().__init__()
-        weight = linear.weight.detach().float()
-        scales = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
-        zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
-        self.packed = torch.ops.quantized.linear_prepack(qweight, None)
+        self.packed = _packed_int8(linear, with_bias=False)
         self.bias = None if linear.bias is None else linear.bias.detach().float()
         self.shared_input = shared_input
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -127,51 +149,85 @@ def _linear_children(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]
     return found
 
 
+def _in_parallel(make: Callable[[int], nn.Module], count: int, on_packed: PackProgress) -> list[nn.Module]:
+    done = 0
+
+    def one(index: int) -> nn.Module:
+        nonlocal done
+        module = make(index)
+        done += 1
+        on_packed(done, count)
+        return module
+
+    # Packing is single-threaded inside fbgemm and releases the GIL: threads cut start-up.
+    with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def pack_linears(
+    linears: list[nn.Linear], precision: str, exact: bool, on_packed: PackProgress
+) -> list[nn.Module]:
+    """Each of ``linears`` converted to ``precision`` (each with its own int8 scaling)."""
+    if precision not in ("fp16", "int8") or not cpu_kernels_available(precision):
+        return list(linears)
+    return _in_parallel(lambda i: convert_linear(linears[i], precision, exact), len(linears), on_packed)
+
+
 def _replace_linears(
     model: nn.Module, make: Callable[[nn.Module, nn.Linear], nn.Module], on_packed: PackProgress
 ) -> None:
     targets = _linear_children(model)
-    done = 0
-
-    def pack(target: tuple[nn.Module, str, nn.Linear]) -> nn.Module:
-        nonlocal done
-        new = make(target[0], target[2])
-        done += 1
-        on_packed(done, len(targets))
-        return new
-
-    # Packing is single-threaded inside fbgemm and releases the GIL: threads cut start-up.
-    with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
-        packed = list(pool.map(pack, targets))
+    packed = _in_parallel(lambda i: make(targets[i][0], targets[i][2]), len(targets), on_packed)
     for (parent, name, _), new in zip(targets, packed, strict=True):
         setattr(parent, name, new)
 
 
+def convert_linear(
+    linear: nn.Linear, precision: str, exact: bool = True, shared_input: _RowScaledInput | None = None
+) -> nn.Module:
+    """``linear`` at ``precision`` on the CPU.
+
+    ``exact`` (a target) asks for int8 whose verify blocks equal single steps; a draft passes False
+    and gets the faster kernel. Exact int8 siblings reading one tensor may share its scaling.
+    """
+    if precision == "fp16":
+        return Fp16Linear(linear)
+    if precision == "int8":
+        return RowwiseInt8Linear(linear, shared_input or _RowScaledInput()) if exact else DynamicInt8Linear(linear)
+    return linear
+
+
+def cpu_kernels_available(precision: str) -> bool:
+    """Whether ``precision`` has its fast CPU kernel here; if not it runs as fp32."""
+    if precision in ("fp16", "int8") and not _ops_available():
+        warnings.warn(f"quantized CPU kernels are missing; running {precision} as fp32", stacklevel=2)
+        return False
+    return True
+
+
 def apply_precision(
-    model: nn.Module, precision: str, device: torch.device, on_packed: PackProgress = lambda done, total: None
+    model: nn.Module,
+    precision: str,
+    device: torch.device,
+    exact: bool = True,
+    on_packed: PackProgress = lambda done, total: None,
 ) -> nn.Module:
     """Convert ``model`` in place to ``precision`` and return it; ``on_packed`` reports each layer."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
-    if precision == "fp32":
-        return model.float()
     if precision == "bf16":
         return model.to(torch.bfloat16)
     if device.type != "cpu":
         # On accelerators half precision is native; int8 here is a CPU kernel path.
         return model.to(torch.float16 if precision == "fp16" else torch.bfloat16)
-    if not _ops_available():
-        warnings.warn(f"quantized CPU kernels are missing; running {precision} as fp32", stacklevel=2)
-        return model.float()
     model.float()
-    if precision == "fp16":
-        _replace_linears(model, lambda parent, linear: Fp16Linear(linear), on_packed)
+    if precision == "fp32" or not cpu_kernels_available(precision):
         return model
     shared: dict[int, _RowScaledInput] = {}
 
     def make(parent: nn.Module, linear: nn.Linear) -> nn.Module:
         # One scaler per parent module: the siblings there (q/k/v, gate/up) read the same tensor.
-        return RowwiseInt8Linear(linear, shared.setdefault(id(parent), _RowScaledInput()))
+        return convert_linear(linear, precision, exact, shared.setdefault(id(parent), _RowScaledInput()))
 
     _replace_linears(model, make, on_packed)
     return model

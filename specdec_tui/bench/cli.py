@@ -1,0 +1,120 @@
+"""specdec-bench: speculative decoding against target-only and Hugging Face generate, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+from tqdm import tqdm
+
+from specdec_tui.bench.harness import BenchPlan, BenchRow, peak_memory_mb, run_suite, write_csv
+from specdec_tui.bench.modes import ALL_MODES, run_mode
+from specdec_tui.bench.report import format_summary, plot_tokens_per_s, summarize_rows
+from specdec_tui.bench.suite import SuiteError, default_suite_path, load_suite, select_prompts
+from specdec_tui.chat.template import render_prompt
+from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
+from specdec_tui.engine.decoder import DecodeParams
+from specdec_tui.models.errors import ModelError
+from specdec_tui.models.loader import load_pair
+from specdec_tui.terminal_progress import TerminalProgress
+
+T = TypeVar("T")
+DEFAULT_MODES = ",".join(ALL_MODES)
+
+
+def list_of(convert: Callable[[str], T]) -> Callable[[str], list[T]]:
+    def parse(text: str) -> list[T]:
+        try:
+            return [convert(part) for part in text.split(",") if part.strip()]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list: {exc}") from exc
+
+    return parse
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="specdec-bench", description=__doc__)
+    parser.add_argument("--prompts", type=Path, default=None, help="JSONL prompt suite (default: the bundled one)")
+    parser.add_argument("--categories", type=list_of(str), default=None, help="only these categories")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
+    parser.add_argument("--modes", type=list_of(str), default=list_of(str)(DEFAULT_MODES),
+                        help=f"comma-separated, from {DEFAULT_MODES}")
+    parser.add_argument("--ks", type=list_of(int), default=[4], help="values of K, e.g. 2,4,6")
+    parser.add_argument("--taus", type=list_of(float), default=[1.0], help="values of tau, e.g. 1.0,0.5")
+    parser.add_argument("--bench-temperature", dest="temperature", type=float, default=0.0)
+    parser.add_argument("--bench-top-p", dest="top_p", type=float, default=1.0)
+    parser.add_argument("--new-tokens", type=int, default=128, help="max new tokens per reply")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--bench-seed", dest="seed", type=int, default=0)
+    parser.add_argument("--min-confidence", type=float, default=None,
+                        help="draft stop threshold (default: the setting decoding.draft_min_confidence)")
+    parser.add_argument("--out", type=Path, default=None, help="CSV path (default bench-results/<time>.csv)")
+    parser.add_argument("--plot", type=Path, default=None, help="also write a PNG of tokens/s against K")
+    add_settings_flags(parser, only=("models",))
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modes if m not in ALL_MODES]
+    if unknown:
+        parser.error(f"unknown mode {unknown[0]!r}; choose from {DEFAULT_MODES}")
+    if any(k < 1 or k > 32 for k in args.ks):
+        parser.error("every K must be in 1..32")
+    if any(not 0 < t <= 1 for t in args.taus):
+        parser.error("every tau must be in (0, 1]")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings, origins = settings_from_args(args)
+        if args.show_settings:
+            print(describe_settings(settings, origins))
+            return 0
+        prompts = load_suite(args.prompts or default_suite_path())
+        prompts = select_prompts(prompts, args.categories, args.limit)
+        progress = TerminalProgress()
+        models = settings.models
+        pair = load_pair(models.target, models.draft, precision=models.precision,
+                         draft_precision=models.draft_precision, device=models.device,
+                         cache_dir=models.cache_dir, progress=progress, draft_head_tokens=models.draft_head_tokens)
+        progress.close()
+    except (SettingsError, ModelError, SuiteError) as exc:
+        print(f"specdec-bench: error: {exc}", file=sys.stderr)
+        return 2
+    min_confidence = settings.decoding.draft_min_confidence if args.min_confidence is None else args.min_confidence
+    engine = pair.engine(min_confidence)
+    plan = BenchPlan(modes=args.modes, ks=args.ks, taus=args.taus, temperature=args.temperature, top_p=args.top_p,
+                     max_new_tokens=args.new_tokens, repeats=args.repeats, seed=args.seed)
+    print(f"target {models.target} ({models.precision}), draft {models.draft} ({models.draft_precision}), "
+          f"device {pair.target.device}, torch threads {torch.get_num_threads()}", file=sys.stderr)
+    warm = render_prompt(pair.target.tokenizer, [{"role": "user", "content": "Say hi."}])
+    for mode in plan.modes:  # first calls allocate and page in; keep them out of the numbers
+        run_mode(pair, engine, mode, warm, DecodeParams(k=plan.ks[0], max_new_tokens=8))
+    bar = tqdm(total=len(prompts) * plan.runs_per_prompt(), unit="run", file=sys.stderr, dynamic_ncols=True)
+
+    def on_row(row: BenchRow) -> None:
+        bar.set_postfix_str(f"{row.prompt_id} {row.mode} k={row.k} {row.tokens_per_s:.1f} tok/s", refresh=False)
+        bar.update()
+
+    rows = run_suite(pair, engine, prompts, plan, on_row)
+    bar.close()
+    out = args.out or Path("bench-results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.csv"
+    write_csv(rows, out)
+    lines = summarize_rows(rows)
+    print(format_summary(lines))
+    print(f"\npeak resident memory: {peak_memory_mb():.0f} MB")
+    print(f"rows: {out}")
+    if args.plot:
+        plot_tokens_per_s(lines, args.plot)
+        print(f"plot: {args.plot}")
+    print("command: specdec-bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""One benchmark run of one prompt in one mode: ours through the engine, the peers through HF generate."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+
+from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
+from specdec_tui.engine.session import Engine
+from specdec_tui.models.loader import ModelPair
+
+#: Bench mode -> engine mode. The hf-* modes are Hugging Face generate() on the same loaded pair.
+ENGINE_MODES = {"target": "target", "speculative": "model", "prompt-lookup": "prompt-lookup", "hybrid": "hybrid"}
+HF_MODES = ("hf-assisted", "hf-target")
+ALL_MODES = (*ENGINE_MODES, *HF_MODES)
+#: Modes where K and tau change nothing; they run once per prompt and repeat.
+SINGLE_SETTING_MODES = frozenset({"target", "hf-target"})
+
+
+@dataclass(frozen=True)
+class RunResult:
+    token_ids: tuple[int, ...]
+    seconds: float
+    acceptance_rate: float | None
+    mean_accepted: float | None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.token_ids) / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_engine(engine: Engine, mode: str, prompt_ids: Sequence[int], params: DecodeParams) -> RunResult:
+    engine.reset()
+    finished = list(engine.generate(prompt_ids, params, ENGINE_MODES[mode]))[-1]
+    assert isinstance(finished, FinishedEvent)
+    summary = finished.summary
+    return RunResult(
+        finished.token_ids,
+        summary.seconds,
+        summary.acceptance_rate,
+        summary.mean_accepted if mode != "target" else None,
+    )
+
+
+@contextlib.contextmanager
+def stock_attention(*models: PreTrainedModel) -> Iterator[None]:
+    """HF generate runs with transformers' own SDPA attention, as a user of it would get."""
+    saved = [m.config._attn_implementation for m in models]
+    for model in models:
+        model.config._attn_implementation = "sdpa"
+    try:
+        yield
+    finally:
+        for model, name in zip(models, saved, strict=True):
+            model.config._attn_implementation = name
+
+
+def run_hf(pair: ModelPair, mode: str, prompt_ids: Sequence[int], params: DecodeParams) -> RunResult:
+    target = pair.target.hf_model()
+    draft = pair.draft.hf_model() if mode == "hf-assisted" and pair.draft is not None else None
+    if mode == "hf-assisted" and draft is None:
+        raise ValueError("hf-assisted needs a draft model")
+    sampling = params.temperature > 0
+    config = GenerationConfig(
+        max_new_tokens=params.max_new_tokens,
+        do_sample=sampling,
+        temperature=params.temperature if sampling else None,
+        top_p=params.top_p if sampling else None,
+        top_k=None,
+        eos_token_id=sorted(pair.target.eos_ids),
+        pad_token_id=pair.target.tokenizer.pad_token_id or sorted(pair.target.eos_ids)[0],
+        num_assistant_tokens=params.k if draft is not None else None,
+    )
+    if params.seed is not None:
+        torch.manual_seed(params.seed)
+    input_ids = torch.tensor([list(prompt_ids)], device=pair.target.device)
+    models = [target] if draft is None else [target, draft]
+    with stock_attention(*models), torch.inference_mode():
+        start = time.perf_counter()
+        output = target.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            generation_config=config,
+            assistant_model=draft,
+        )
+        seconds = time.perf_counter() - start
+    return RunResult(tuple(int(t) for t in output[0, input_ids.shape[1] :]), seconds, None, None)
+
+
+def run_mode(pair: ModelPair, engine: Engine, mode: str, prompt_ids: Sequence[int], params: DecodeParams) -> RunResult:
+    if mode in ENGINE_MODES:
+        return run_engine(engine, mode, prompt_ids, params)
+    if mode in HF_MODES:
+        return run_hf(pair, mode, prompt_ids, params)
+    raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(ALL_MODES)}")

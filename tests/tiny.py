@@ -21,7 +21,7 @@ from transformers import (
 
 from specdec_tui.engine.session import Engine
 from specdec_tui.engine.cached_model import HFRunner, Runner
-from specdec_tui.models.loader import context_length, eos_token_ids, make_runner, prepare_model
+from specdec_tui.models.loader import LoadedModel, ModelPair, context_length, eos_token_ids, make_runner, prepare_model
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -136,3 +136,19 @@ def prompt(text: str = "def add(a, b):") -> list[int]:
     return tiny_tokenizer().apply_chat_template(
         [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
     )
+
+
+def tiny_loaded(model: PreTrainedModel, name: str, role: str, precision: str = "fp32") -> LoadedModel:
+    tokenizer = tiny_tokenizer()
+    return LoadedModel(
+        name=name, model=model, runner=runner_for(model, precision, exact=role == "target"), tokenizer=tokenizer,
+        precision=precision, device=torch.device("cpu"), max_context=context_length(model),
+        eos_ids=eos_token_ids(model, tokenizer), vocab_size=model.config.vocab_size, role=role,
+    )
+
+
+def tiny_pair(arch: str = "qwen2", noise: float = 0.02, layers: int = 2) -> ModelPair:
+    """A target and its noisy copy as a ``ModelPair``, as the loader would hand it to the app."""
+    target = tiny_model(arch, layers=layers)
+    return ModelPair(tiny_loaded(target, f"tiny-{arch}", "target"),
+                     tiny_loaded(perturbed(target, noise), f"tiny-{arch}-draft", "draft"))

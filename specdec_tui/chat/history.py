@@ -1,0 +1,125 @@
+"""Chat history in SQLite: conversations and their messages, each reply with its metrics.
+
+Every write is its own transaction, so a crash loses at most the reply being generated. Errors
+(a full disk, an unreadable file) surface as ``HistoryError`` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content TEXT NOT NULL,
+    metrics TEXT,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+"""
+
+
+class HistoryError(Exception):
+    """The history database could not be read or written."""
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    role: str
+    content: str
+    metrics: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ConversationInfo:
+    id: int
+    title: str
+    updated: float
+    messages: int
+
+
+def _describe(exc: sqlite3.Error, path: Path) -> str:
+    text = str(exc)
+    if "full" in text:
+        return f"the disk holding {path} is full; the chat continues but is not being saved"
+    return f"chat history {path}: {text}"
+
+
+class History:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        try:
+            if str(path) != ":memory:":
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(str(path), check_same_thread=False)
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.executescript(SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            reason = _describe(exc, self.path) if isinstance(exc, sqlite3.Error) else str(exc)
+            raise HistoryError(f"cannot open chat history {path}: {reason}") from exc
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        try:
+            with self.conn:
+                return int(self.conn.execute(sql, params).lastrowid or 0)
+        except sqlite3.Error as exc:
+            raise HistoryError(_describe(exc, self.path)) from exc
+
+    def create_conversation(self, title: str) -> int:
+        now = time.time()
+        return self._write("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                           (title[:80] or "New chat", now, now))
+
+    def add_message(self, conversation_id: int, role: str, content: str,
+                    metrics: dict[str, Any] | None = None) -> int:
+        """Store one message and touch its conversation, in one transaction."""
+        now = time.time()
+        try:
+            with self.conn:
+                cursor = self.conn.execute(
+                    "INSERT INTO messages (conversation_id, role, content, metrics, created) VALUES (?, ?, ?, ?, ?)",
+                    (conversation_id, role, content, json.dumps(metrics) if metrics else None, now),
+                )
+                self.conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+                return int(cursor.lastrowid or 0)
+        except sqlite3.Error as exc:
+            raise HistoryError(_describe(exc, self.path)) from exc
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        self._write("UPDATE conversations SET title = ? WHERE id = ?", (title[:80], conversation_id))
+
+    def delete(self, conversation_id: int) -> None:
+        self._write("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def conversations(self) -> list[ConversationInfo]:
+        rows = self.conn.execute(
+            "SELECT c.id, c.title, c.updated, COUNT(m.id) FROM conversations c "
+            "LEFT JOIN messages m ON m.conversation_id = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
+        ).fetchall()
+        return [ConversationInfo(*row) for row in rows]
+
+    def messages(self, conversation_id: int) -> list[StoredMessage]:
+        rows = self.conn.execute(
+            "SELECT id, role, content, metrics FROM messages WHERE conversation_id = ? ORDER BY id",
+            (conversation_id,),
+        ).fetchall()
+        return [StoredMessage(i, role, content, json.loads(metrics) if metrics else None)
+                for i, role, content, metrics in rows]

@@ -1,0 +1,512 @@
+"""The chat app: conversation on the left, what the draft is doing on the right.
+
+The engine runs in a worker thread and posts its steps as messages; the UI never waits for it and
+it never waits for the UI. Steps are coalesced so the screen updates in batches.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from specdec_tui.chat.history import History, HistoryError
+from specdec_tui.chat.template import render_prompt
+from specdec_tui.config import Settings
+from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent, Token
+from specdec_tui.engine.metrics import RunSummary, StepRecord, summarize
+from specdec_tui.engine.session import Engine
+from specdec_tui.models.errors import ModelError
+from specdec_tui.models.loader import ModelPair
+from specdec_tui.models.progress import Progress, ProgressFn
+from specdec_tui.tui.clipboard import copy_with_system_tool, save_copy
+from specdec_tui.tui.screens.help import HelpScreen
+from specdec_tui.tui.themes import DEFAULT_THEME, load_themes
+from specdec_tui.tui.widgets.chat_log import ChatLog
+from specdec_tui.tui.widgets.compare_view import CompareRun, CompareView
+from specdec_tui.tui.widgets.conversation_list import ConversationList
+from specdec_tui.tui.widgets.loading_panel import LoadingPanel
+from specdec_tui.tui.widgets.message_view import MessageView
+from specdec_tui.tui.widgets.prompt_input import PromptInput
+from specdec_tui.tui.widgets.stats_panel import Knobs, StatsPanel
+
+PairLoader = Callable[[Settings, ProgressFn], ModelPair]
+#: The worker posts at most this often; tokens in between arrive together.
+BATCH_SECONDS = 0.05
+TAU_STEP = 0.1
+
+
+def load_default_pair(settings: Settings, progress: ProgressFn) -> ModelPair:
+    from specdec_tui.models.loader import load_pair
+
+    models = settings.models
+    return load_pair(models.target, models.draft, precision=models.precision,
+                     draft_precision=models.draft_precision, device=models.device, cache_dir=models.cache_dir,
+                     progress=progress, draft_head_tokens=models.draft_head_tokens)
+
+
+# ------------------------------------------------------------------ messages from workers
+
+
+@dataclass
+class LoadProgress(Message):
+    progress: Progress
+
+
+@dataclass
+class Loaded(Message):
+    pair: ModelPair
+
+
+@dataclass
+class LoadFailed(Message):
+    reason: str
+
+
+@dataclass
+class ReplyBatch(Message):
+    view: MessageView
+    tokens: list[Token]
+    records: list[StepRecord]
+    elapsed: float
+
+
+@dataclass
+class ReplyDone(Message):
+    view: MessageView
+    finished: FinishedEvent
+    run: Run
+
+
+@dataclass
+class ReplyFailed(Message):
+    view: MessageView | None
+    reason: str
+
+
+@dataclass
+class CompareDone(Message):
+    first: CompareRun
+    second: CompareRun
+
+
+@dataclass(frozen=True)
+class Run:
+    """What produced a reply, so compare can run it again in the other mode."""
+
+    prompt_ids: tuple[int, ...]
+    params: DecodeParams
+    mode: str
+
+
+def metrics_of(summary: RunSummary, run: Run) -> dict[str, Any]:
+    return {
+        "mode": summary.mode,
+        "k": run.params.k,
+        "tau": run.params.tau,
+        "temperature": run.params.temperature,
+        "new_tokens": summary.new_tokens,
+        "tokens_per_s": round(summary.tokens_per_s, 3),
+        "acceptance_rate": summary.acceptance_rate,
+        "mean_accepted": round(summary.mean_accepted, 3),
+        "ttft_s": round(summary.ttft_s, 4),
+        "seconds": round(summary.seconds, 3),
+        "finish_reason": summary.finish_reason,
+    }
+
+
+class SpecDecApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "specdec-tui"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (72, "-normal"), (120, "-wide")]
+    BINDINGS = [
+        Binding("f1", "help", "Help", priority=True),
+        Binding("f2", "k(-1)", "K−", priority=True, group=Binding.Group("K", compact=True)),
+        Binding("f3", "k(1)", "K+", priority=True, group=Binding.Group("K", compact=True)),
+        Binding("f4", "tau(-1)", "τ−", priority=True, group=Binding.Group("τ", compact=True)),
+        Binding("f5", "tau(1)", "τ+", priority=True, group=Binding.Group("τ", compact=True)),
+        Binding("f6", "toggle_mode", "Mode", priority=True),
+        Binding("f7", "compare", "Compare", priority=True),
+        Binding("f8", "toggle_origins", "Colours", priority=True),
+        Binding("f9", "toggle_panel", "Panel", priority=True),
+        Binding("escape", "cancel", "Cancel", priority=True),
+        Binding("ctrl+n", "new_chat", "New", priority=True),
+        Binding("ctrl+y", "copy_reply", "Copy", priority=True),
+        Binding("ctrl+l", "toggle_chats", "Chats", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self, settings: Settings, load: PairLoader = load_default_pair,
+                 history: History | None = None) -> None:
+        super().__init__()
+        self.settings = settings
+        self.load = load
+        self.history = history
+        self.pair: ModelPair | None = None
+        self.engine: Engine | None = None
+        decoding = settings.decoding
+        self.k, self.tau = decoding.k, decoding.tau
+        self.speculative = True
+        self.show_origins = False
+        self.conversation_id: int | None = None
+        self.messages: list[dict[str, str]] = []
+        self.cancel_event: threading.Event | None = None
+        self.busy = False
+        self.last_run: tuple[Run, FinishedEvent] | None = None
+        self.records: list[StepRecord] = []
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with Horizontal(id="body"):
+            yield ConversationList(id="chats")
+            with Vertical(id="main"):
+                yield LoadingPanel(id="loading")
+                yield ChatLog(id="log")
+                yield PromptInput(id="prompt")
+            yield StatsPanel(id="panel")
+        yield Footer(compact=True)
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return {"draft-token": "#7EE787", "target-token": "#FFA657"}
+
+    def on_mount(self) -> None:
+        self._apply_themes()
+        self._open_history()
+        self._show_knobs()
+        self.query_one(PromptInput).focus()
+        self._load_models()
+
+    def _apply_themes(self) -> None:
+        loaded = load_themes()
+        for theme in loaded.themes:
+            self.register_theme(theme)
+        for problem in loaded.problems:
+            self.notify(f"{problem}; skipped it", severity="warning", timeout=10)
+        wanted = self.settings.chat.theme
+        if wanted in self.available_themes:
+            self.theme = wanted
+        else:
+            if wanted != DEFAULT_THEME:
+                self.notify(f"theme {wanted!r} is not available; using {DEFAULT_THEME}", severity="warning")
+            if DEFAULT_THEME in self.available_themes:
+                self.theme = DEFAULT_THEME
+
+    def _open_history(self) -> None:
+        if self.history is None:
+            try:
+                self.history = History(self.settings.chat.history_path)
+            except HistoryError as exc:
+                self.notify(f"{exc}; this session is not saved", severity="error", timeout=15)
+                self.history = History(":memory:")
+        self._refresh_chats()
+
+    def _refresh_chats(self) -> None:
+        assert self.history is not None
+        self.query_one(ConversationList).show(self.history.conversations(), self.conversation_id)
+
+    def _knobs(self) -> Knobs:
+        pair = self.pair
+        return Knobs(
+            mode=self.mode if self.speculative else "target-only",
+            k=self.k,
+            tau=self.tau,
+            temperature=self.settings.decoding.temperature,
+            target=pair.target.name if pair else self.settings.models.target,
+            draft=(pair.draft.name if pair and pair.draft else "none") if pair else self.settings.models.draft,
+        )
+
+    def _show_knobs(self) -> None:
+        self.query_one(StatsPanel).show_knobs(self._knobs())
+
+    @property
+    def mode(self) -> str:
+        """The engine mode the next reply uses."""
+        return self.settings.decoding.drafter if self.speculative else "target"
+
+    def params(self) -> DecodeParams:
+        d = self.settings.decoding
+        return DecodeParams(k=self.k, tau=self.tau, temperature=d.temperature, top_p=d.top_p,
+                            max_new_tokens=d.max_new_tokens, seed=d.seed)
+
+    # ------------------------------------------------------------------ loading
+
+    @work(thread=True, exclusive=True, group="load")
+    def _load_models(self) -> None:
+        last = 0.0
+
+        def progress(event: Progress) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last > 0.1 or event.total is None or event.done == event.total:
+                last = now
+                self.post_message(LoadProgress(event))
+
+        try:
+            pair = self.load(self.settings, progress)
+        except ModelError as exc:
+            self.post_message(LoadFailed(str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure becomes a message in the app
+            self.post_message(LoadFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(Loaded(pair))
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        self.query_one(LoadingPanel).show(message.progress)
+
+    def on_loaded(self, message: Loaded) -> None:
+        self.pair = message.pair
+        self.engine = message.pair.engine(self.settings.decoding.draft_min_confidence)
+        if message.pair.draft is None:
+            self.speculative = False
+        self.query_one(LoadingPanel).display = False
+        self._show_knobs()
+        self.sub_title = f"{message.pair.target.name} ← {message.pair.draft.name if message.pair.draft else 'no draft'}"
+
+    def on_load_failed(self, message: LoadFailed) -> None:
+        self.query_one(LoadingPanel).fail(message.reason)
+        self.notify(message.reason, severity="error", timeout=30)
+
+    # ------------------------------------------------------------------ chatting
+
+    @on(PromptInput.Submitted)
+    def send(self, event: PromptInput.Submitted) -> None:
+        prompt = self.query_one(PromptInput)
+        if self.engine is None or self.pair is None or self.busy:
+            why = "a reply is still being written (Esc cancels it)" if self.busy else "the models are not loaded yet"
+            self.notify(f"Not sent: {why}", severity="warning")
+            prompt.load_text(event.text)
+            return
+        log = self.query_one(ChatLog)
+        self._store("user", event.text)
+        log.add_message("user", event.text)
+        chat = [{"role": "system", "content": self.settings.chat.system_prompt}, *self.messages]
+        run = Run(tuple(render_prompt(self.pair.target.tokenizer, chat)), self.params(), self.mode)
+        view = log.add_message("assistant", streaming=True)
+        self._start_reply(view, run)
+
+    def _store(self, role: str, content: str, metrics: dict[str, Any] | None = None) -> None:
+        """Keep the message for the conversation and write it to the history (one transaction)."""
+        self.messages.append({"role": role, "content": content})
+        assert self.history is not None
+        try:
+            if self.conversation_id is None:
+                self.conversation_id = self.history.create_conversation(content.splitlines()[0][:60])
+            self.history.add_message(self.conversation_id, role, content, metrics)
+        except HistoryError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+        self._refresh_chats()
+
+    def _start_reply(self, view: MessageView, run: Run) -> None:
+        self.busy = True
+        self.records = []
+        self.cancel_event = threading.Event()
+        self._show_knobs()
+        self._generate(view, run, self.cancel_event)
+
+    @work(thread=True, group="generate")
+    def _generate(self, view: MessageView, run: Run, cancel: threading.Event) -> None:
+        assert self.engine is not None
+        start = time.perf_counter()
+        tokens: list[Token] = []
+        records: list[StepRecord] = []
+        last_post = start
+        try:
+            for event in self.engine.generate(run.prompt_ids, run.params, run.mode, cancel):
+                if isinstance(event, StepEvent):
+                    tokens.extend(event.tokens)
+                    records.append(event.record)
+                    now = time.perf_counter()
+                    if now - last_post >= BATCH_SECONDS:
+                        self.post_message(ReplyBatch(view, tokens, records, now - start))
+                        tokens, records, last_post = [], [], now
+                else:
+                    if tokens or records:
+                        self.post_message(ReplyBatch(view, tokens, records, time.perf_counter() - start))
+                    self.post_message(ReplyDone(view, event, run))
+        except PromptTooLongError as exc:
+            self.post_message(ReplyFailed(view, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a failed reply is a message in the chat
+            self.post_message(ReplyFailed(view, f"generation failed: {type(exc).__name__}: {exc}"))
+
+    def on_reply_batch(self, message: ReplyBatch) -> None:
+        log = self.query_one(ChatLog)
+        was_at_bottom = log.at_bottom()
+        message.view.append(message.tokens)
+        log.follow(was_at_bottom)
+        self.records.extend(message.records)
+        ttft = self.records[0].seconds if self.records else 0.0
+        live = summarize(self.records, mode=self.mode, prompt_tokens=0, seconds=message.elapsed, ttft_s=ttft,
+                         finish_reason="running")
+        self.query_one(StatsPanel).show_run(live, self.records)
+
+    def on_reply_done(self, message: ReplyDone) -> None:
+        finished = message.finished
+        metrics = metrics_of(finished.summary, message.run)
+        message.view.finish(finished.text, metrics)
+        self.query_one(StatsPanel).show_run(finished.summary, self.records)
+        self._store("assistant", finished.text, metrics)
+        self.last_run = (message.run, finished)
+        self.busy = False
+        self.cancel_event = None
+        if finished.summary.finish_reason == "cancelled":
+            self.notify("Reply cancelled; the partial reply is kept")
+
+    def on_reply_failed(self, message: ReplyFailed) -> None:
+        if message.view is not None:
+            message.view.remove()
+        self.query_one(ChatLog).add_message("error", message.reason)
+        self.busy = False
+        self.cancel_event = None
+
+    # ------------------------------------------------------------------ actions
+
+    def action_cancel(self) -> None:
+        if self.cancel_event is not None:
+            self.cancel_event.set()
+
+    def action_k(self, delta: int) -> None:
+        self.k = max(1, min(32, self.k + delta))
+        self._show_knobs()
+
+    def action_tau(self, delta: int) -> None:
+        self.tau = round(max(TAU_STEP, min(1.0, self.tau + delta * TAU_STEP)), 2)
+        self._show_knobs()
+
+    def action_toggle_mode(self) -> None:
+        if self.pair is not None and self.pair.draft is None:
+            self.notify("No draft model is loaded: target-only it is", severity="warning")
+            return
+        self.speculative = not self.speculative
+        self._show_knobs()
+
+    def action_toggle_origins(self) -> None:
+        self.show_origins = not self.show_origins
+        for view in self.query(MessageView):
+            view.show_origins = self.show_origins
+
+    def action_toggle_panel(self) -> None:
+        self.query_one(StatsPanel).toggle_class("-hidden")
+
+    def action_toggle_chats(self) -> None:
+        chats = self.query_one(ConversationList)
+        chats.toggle_class("-shown")
+        if chats.has_class("-shown"):
+            chats.focus()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)]))
+
+    def action_new_chat(self) -> None:
+        if self.busy:
+            self.notify("Cancel the reply (Esc) before starting a new chat", severity="warning")
+            return
+        self.conversation_id = None
+        self.messages = []
+        self.last_run = None
+        self.query_one(ChatLog).clear()
+        self._refresh_chats()
+        self.query_one(PromptInput).focus()
+
+    def action_copy_reply(self) -> None:
+        replies = [m for m in self.messages if m["role"] == "assistant"]
+        if not replies:
+            self.notify("No reply to copy yet", severity="warning")
+            return
+        text = replies[-1]["content"]
+        self.copy_to_clipboard(text)  # OSC 52: most terminals put it on the clipboard
+        tool = copy_with_system_tool(text)
+        if tool:
+            self.notify(f"Copied the last reply ({len(text)} characters, via {tool})")
+        else:
+            self.notify(f"Copied the last reply through the terminal (OSC 52); also saved to {save_copy(text)}")
+
+    def action_compare(self) -> None:
+        if self.last_run is None or self.engine is None or self.pair is None:
+            self.notify("Nothing to compare yet: send a message first", severity="warning")
+            return
+        if self.busy:
+            self.notify("Wait for the reply to finish (or Esc) before comparing", severity="warning")
+            return
+        if self.pair.draft is None:
+            self.notify("Compare needs a draft model", severity="warning")
+            return
+        run, finished = self.last_run
+        other = replace(run, mode="target" if run.mode != "target" else self.settings.decoding.drafter)
+        self.busy = True
+        self.notify(f"Comparing: running the last prompt again as {self._label(other.mode)}…")
+        self._compare(run, finished, other)
+
+    @staticmethod
+    def _label(mode: str) -> str:
+        return "target-only" if mode == "target" else f"speculative ({mode})"
+
+    @work(thread=True, group="generate")
+    def _compare(self, run: Run, finished: FinishedEvent, other: Run) -> None:
+        assert self.engine is not None
+        try:
+            self.engine.reset()  # the compare run starts from an empty cache, as a first reply does
+            again = list(self.engine.generate(other.prompt_ids, other.params, other.mode))[-1]
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(ReplyFailed(None, f"compare failed: {type(exc).__name__}: {exc}"))
+            return
+        assert isinstance(again, FinishedEvent)
+        self.post_message(CompareDone(
+            CompareRun(self._label(run.mode), finished.summary, finished.token_ids, finished.text),
+            CompareRun(self._label(other.mode), again.summary, again.token_ids, again.text),
+        ))
+
+    def on_compare_done(self, message: CompareDone) -> None:
+        self.busy = False
+        self.query_one(ChatLog).add(CompareView(message.first, message.second))
+
+    @on(ConversationList.Opened)
+    def open_conversation(self, event: ConversationList.Opened) -> None:
+        if self.busy:
+            self.notify("Cancel the reply (Esc) before switching chats", severity="warning")
+            return
+        assert self.history is not None
+        self.conversation_id = event.conversation_id
+        self.messages = []
+        self.last_run = None
+        log = self.query_one(ChatLog)
+        log.clear()
+        for stored in self.history.messages(event.conversation_id):
+            self.messages.append({"role": stored.role, "content": stored.content})
+            log.add_message(stored.role, stored.content, stored.metrics)
+        self.query_one(PromptInput).focus()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("New chat", "Start an empty conversation (Ctrl+N)", self.action_new_chat)
+        yield SystemCommand("Compare", "Run the last prompt in the other mode, side by side (F7)",
+                            self.action_compare)
+        yield SystemCommand("Toggle mode", "Speculative or target-only decoding (F6)", self.action_toggle_mode)
+        yield SystemCommand("Raise K", "Draft one more token per step (F3)", lambda: self.action_k(1))
+        yield SystemCommand("Lower K", "Draft one fewer token per step (F2)", lambda: self.action_k(-1))
+        yield SystemCommand("Raise tau", "Toward 1.0 = lossless (F5)", lambda: self.action_tau(1))
+        yield SystemCommand("Lower tau", "Accept more drafts, lossy (F4)", lambda: self.action_tau(-1))
+        yield SystemCommand("Copy last reply", "To the clipboard (Ctrl+Y)", self.action_copy_reply)
+        yield SystemCommand("Token colours", "Colour reply tokens by draft / target origin (F8)",
+                            self.action_toggle_origins)
+        yield SystemCommand("Side panel", "Show or hide the metrics panel (F9)", self.action_toggle_panel)
+        yield SystemCommand("Chats", "Show past conversations (Ctrl+L)", self.action_toggle_chats)
+        yield SystemCommand("Cancel reply", "Stop generating, keep what is there (Esc)", self.action_cancel)
+        yield SystemCommand("Help", "All keys (F1)", self.action_help)
+
+    def on_unmount(self) -> None:
+        if self.cancel_event is not None:
+            self.cancel_event.set()
+

@@ -1,0 +1,307 @@
+"""The chat app driven through Textual's Pilot, on the real engine with tiny models."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from tiny import tiny_pair
+
+from specdec_tui.chat.history import History
+from specdec_tui.config import Settings, load_settings
+from specdec_tui.models.errors import ModelError
+from specdec_tui.models.loader import ModelPair
+from specdec_tui.tui import themes
+from specdec_tui.tui.app import SpecDecApp
+from specdec_tui.tui.widgets.compare_view import CompareView
+from specdec_tui.tui.widgets.conversation_list import ConversationList
+from specdec_tui.tui.widgets.loading_panel import LoadingPanel
+from specdec_tui.tui.widgets.message_view import MessageView
+from specdec_tui.tui.widgets.prompt_input import PromptInput
+from specdec_tui.tui.widgets.stats_panel import StatsPanel
+
+
+class SlowRunner:
+    """Wraps a runner so each forward takes a while: long enough to cancel mid-reply."""
+
+    def __init__(self, runner, delay: float) -> None:  # type: ignore[no-untyped-def]
+        self.runner, self.delay = runner, delay
+        self.input_vocab = runner.input_vocab
+
+    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
+        time.sleep(self.delay)
+        return self.runner.forward(ids, n_logits)
+
+    def crop(self, length: int) -> None:
+        self.runner.crop(length)
+
+    def reset(self) -> None:
+        self.runner.reset()
+
+
+def settings(**decoding: object) -> Settings:
+    base, _ = load_settings()
+    return base.model_copy(update={"decoding": base.decoding.model_copy(update={"max_new_tokens": 24, **decoding})})
+
+
+def make_app(history: History | None = None, pair: ModelPair | None = None, **decoding: object) -> SpecDecApp:
+    loaded = pair or tiny_pair()
+    return SpecDecApp(settings(**decoding), load=lambda s, p: loaded, history=history or History(":memory:"))
+
+
+async def until(pilot, condition, seconds: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await pilot.pause(0.05)
+
+
+async def ready(pilot) -> SpecDecApp:  # type: ignore[no-untyped-def]
+    app = pilot.app
+    await until(pilot, lambda: app.engine is not None)
+    return app
+
+
+def settled(app: SpecDecApp) -> int:
+    """How many exchanges have ended: replies stored plus errors shown."""
+    return sum(m["role"] == "assistant" for m in app.messages) + len(
+        [v for v in app.query(MessageView) if v.role == "error"])
+
+
+async def send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
+    """Type ``text``, press Enter and wait until the reply (or an error) has landed."""
+    app = pilot.app
+    before = settled(app)
+    app.query_one(PromptInput).focus()
+    app.query_one(PromptInput).load_text(text)
+    await pilot.press("enter")
+    await until(pilot, lambda: settled(app) > before and not app.busy)
+
+
+def replies(app: SpecDecApp) -> list[MessageView]:
+    return [v for v in app.query(MessageView) if v.role == "assistant"]
+
+
+def _plain(static) -> str:  # type: ignore[no-untyped-def]
+    """What a Static shows, as plain text."""
+    console = Console(width=60, record=True, color_system=None)
+    console.print(static.content)
+    return console.export_text()
+
+
+def knob(app: SpecDecApp, name: str) -> str:
+    """The value the side panel shows for setting ``name``."""
+    for line in _plain(app.query_one("#knobs")).splitlines():
+        parts = line.split()
+        if parts and parts[0] == name:
+            return " ".join(parts[1:])
+    raise AssertionError(f"{name} is not in the panel")
+
+
+async def test_a_message_gets_a_streamed_reply_that_is_stored():
+    history = History(":memory:")
+    app = make_app(history)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "def add(a, b):")
+        reply = replies(app)[-1]
+        run, finished = app.last_run
+        assert reply.content == finished.text and len(finished.token_ids) == 24
+        assert reply.metrics["new_tokens"] == 24
+        assert reply.spans, "the reply streamed in as token pieces"
+        stored = history.messages(app.conversation_id)
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert stored[1].content == finished.text
+        assert stored[1].metrics["mode"] == "hybrid"
+        assert "tokens/s" in _plain(app.query_one("#live"))
+
+
+async def test_k_and_tau_keys_change_the_panel_at_once_and_the_next_reply():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        assert (knob(app, "K"), knob(app, "tau")) == ("4", "1")
+        await pilot.press("f3", "f3", "f4")
+        assert (knob(app, "K"), knob(app, "tau")) == ("6", "0.9")
+        await send(pilot, "hello")
+        run, finished = app.last_run
+        assert (run.params.k, run.params.tau) == (6, 0.9)
+        assert finished.summary.drafted > 0
+        await pilot.press("f2", "f5")
+        assert (app.k, app.tau) == (5, 1.0)
+
+
+async def test_the_mode_key_switches_to_target_only_and_back():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await pilot.press("f6")
+        assert knob(app, "mode") == "target-only"
+        await send(pilot, "hello")
+        assert app.last_run[1].summary.mode == "target"
+        assert app.last_run[1].summary.drafted == 0
+        await pilot.press("f6")
+        await send(pilot, "again")
+        assert app.last_run[1].summary.mode == "hybrid"
+
+
+async def test_escape_cancels_mid_reply_and_keeps_the_partial_text():
+    pair = tiny_pair()
+    pair.target.runner = SlowRunner(pair.target.runner, 0.05)
+    history = History(":memory:")
+    app = make_app(history, pair, max_new_tokens=200)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        app.query_one(PromptInput).load_text("write a lot")
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(replies(app)) and len(replies(app)[-1].content) > 3)
+        await pilot.press("escape")
+        await until(pilot, lambda: not app.busy)
+        run, finished = app.last_run
+        assert finished.summary.finish_reason == "cancelled"
+        assert 0 < len(finished.token_ids) < 200
+        assert replies(app)[-1].content == finished.text
+        assert history.messages(app.conversation_id)[-1].content == finished.text
+
+
+async def test_typing_works_while_a_reply_is_generated():
+    pair = tiny_pair()
+    pair.target.runner = SlowRunner(pair.target.runner, 0.2)
+    app = make_app(pair=pair, max_new_tokens=200)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        app.query_one(PromptInput).load_text("first")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.busy)
+        await pilot.press(*"next one")
+        assert app.query_one(PromptInput).text == "next one"
+        assert app.busy
+        await pilot.press("escape")
+        await until(pilot, lambda: not app.busy)
+
+
+async def test_compare_shows_both_runs_side_by_side():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "def add(a, b):")
+        await pilot.press("f7")
+        await until(pilot, lambda: bool(app.query(CompareView)))
+        view = app.query_one(CompareView)
+        assert view.first.label == "speculative (hybrid)" and view.second.label == "target-only"
+        assert view.difference is None  # greedy, tau = 1: identical text
+        assert "identical text" in view.verdict()
+        assert view.speedup > 0
+
+
+async def test_history_survives_a_restart(tmp_path: Path):
+    path = tmp_path / "history.sqlite"
+    app = make_app(History(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "remember me")
+        reply = app.last_run[1].text
+    app = make_app(History(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await ready(pilot)
+        chats = app.query_one(ConversationList)
+        assert chats.option_count == 1
+        assert "remember me" in str(chats.get_option_at_index(0).prompt)
+        chats.focus()
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: len(app.query(MessageView)) == 2)
+        views = list(app.query(MessageView))
+        assert (views[0].content, views[1].content) == ("remember me", reply)
+        assert views[1].metrics["new_tokens"] == 24
+        assert app.messages[-1]["content"] == reply
+
+
+async def test_a_broken_theme_file_is_reported_and_the_default_theme_used(tmp_path: Path, monkeypatch):
+    (tmp_path / "good.toml").write_text('name = "specdec-dark"\nprimary = "#4EA1FF"\n')
+    (tmp_path / "broken.toml").write_text('name = "broken"\nprimary = "not-a-colour"\n')
+    (tmp_path / "garbled.toml").write_text("name = [\n")
+    monkeypatch.setattr(themes, "theme_dirs", lambda: [tmp_path])
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        messages = [n.message for n in app._notifications]
+        assert any("broken.toml has a bad colour" in m for m in messages)
+        assert any("garbled.toml cannot be read" in m for m in messages)
+        assert app.theme == "specdec-dark"
+
+
+async def test_a_load_failure_is_a_message_in_the_app():
+    def failing(settings, progress):  # type: ignore[no-untyped-def]
+        raise ModelError("model path /nope does not exist")
+
+    app = SpecDecApp(settings(), load=failing, history=History(":memory:"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        panel = app.query_one(LoadingPanel)
+        await until(pilot, lambda: panel.has_class("-failed"))
+        assert "model path /nope does not exist" in str(panel.query_one("#loading-detail").render())
+        app.query_one(PromptInput).load_text("hello?")
+        await pilot.press("enter")
+        assert app.query_one(PromptInput).text == "hello?"  # nothing lost
+
+
+async def test_an_over_long_prompt_is_an_error_in_the_chat_and_keeps_the_message():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "word " * 400)
+        errors = [v for v in app.query(MessageView) if v.role == "error"]
+        assert errors and "context holds 256" in errors[0].content
+        assert app.messages[-1]["role"] == "user"
+
+
+async def test_prompt_recall_and_newline_keys():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "first prompt")
+        await send(pilot, "second prompt")
+        prompt = app.query_one(PromptInput)
+        await pilot.press("up")
+        assert prompt.text == "second prompt"
+        await pilot.press("up")
+        assert prompt.text == "first prompt"
+        await pilot.press("down", "down")
+        assert prompt.text == ""
+        await pilot.press("a", "ctrl+j", "b")
+        assert prompt.text == "a\nb"
+
+
+async def test_origin_colours_toggle_and_new_chat():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "hello")
+        reply = replies(app)[-1]
+        assert not reply.show_origins
+        await pilot.press("f8")
+        assert reply.show_origins and reply.query_one(".message--stream").display
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert not app.query(MessageView) and app.messages == [] and app.conversation_id is None
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_the_layout_fits_small_terminals_and_uses_big_ones(size):
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await ready(pilot)
+        log, prompt, panel = app.query_one("#log"), app.query_one(PromptInput), app.query_one(StatsPanel)
+        assert log.region.width >= 40 and prompt.region.height >= 3
+        assert panel.region.width > 0
+        assert app.query_one(ConversationList).display == (size[0] >= 120)
+
+
+def test_main_screen_snapshot(snap_compare):
+    async def loaded(pilot) -> None:  # type: ignore[no-untyped-def]
+        await ready(pilot)
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(100, 30), run_before=loaded)

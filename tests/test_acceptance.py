@@ -162,3 +162,9 @@ def test_sampled_verdict_matches_target_distribution_statistically():
         verdict = sampled_verdict(x, q[None], torch.stack([p, p]), 1.0, generator)
         counts[x.item() if verdict.accepted else verdict.next_token] += 1
     assert torch.allclose(counts / counts.sum(), p, atol=0.015)
+
+
+def test_acceptance_probability_survives_a_draft_mass_that_underflows_when_scaled():
+    p = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    q = torch.tensor([1.0, 5e-324], dtype=torch.float64)  # 0.5 * 5e-324 rounds to 0
+    assert acceptance_probability(p, q, 0.5).tolist() == [1.0, 0.0]

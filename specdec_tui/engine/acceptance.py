@@ -58,9 +58,9 @@ def greedy_verdict(drafts: torch.Tensor, logits: torch.Tensor, tau: float) -> Ve
 
 
 def acceptance_probability(p_x: torch.Tensor, q_x: torch.Tensor, tau: float) -> torch.Tensor:
-    """min(1, p(x) / (tau q(x))); a token the draft could not have proposed (q = 0) is kept iff p > 0."""
-    ratio = p_x / (tau * q_x)
-    ratio = torch.where(q_x > 0, ratio, (p_x > 0).to(p_x.dtype))
+    """min(1, p(x) / (tau q(x))); where tau q(x) is 0 (or underflows) the token is kept iff p > 0."""
+    scaled = tau * q_x
+    ratio = torch.where(scaled > 0, p_x / scaled, (p_x > 0).to(p_x.dtype))
     return ratio.clamp(max=1.0)
 
 

@@ -21,7 +21,7 @@ F2/F3 change K (tokens drafted per step) · F4/F5 change tau (1 = lossless) · F
 
 class ChatLog(VerticalScroll):
     def compose(self) -> ComposeResult:
-        yield Static(WELCOME, id="welcome")
+        yield Static(WELCOME, classes="welcome")
 
     def at_bottom(self) -> bool:
         return self.scroll_y >= self.max_scroll_y - 1
@@ -32,7 +32,7 @@ class ChatLog(VerticalScroll):
 
     def add(self, widget: Widget) -> Widget:
         was_at_bottom = self.at_bottom()
-        for welcome in self.query("#welcome"):
+        for welcome in self.query(".welcome"):
             welcome.remove()
         self.mount(widget)
         self.follow(was_at_bottom)
@@ -47,7 +47,7 @@ class ChatLog(VerticalScroll):
 
     def clear(self) -> None:
         self.remove_children()
-        self.mount(Static(WELCOME, id="welcome"))
+        self.mount(Static(WELCOME, classes="welcome"))
 
     @property
     def replies(self) -> list[MessageView]:

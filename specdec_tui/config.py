@@ -77,6 +77,7 @@ class DecodingSettings(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
     max_new_tokens: int = Field(512, ge=1, description="reply length limit")
     seed: int | None = Field(0, description="sampling seed; empty for a fresh one each reply")
+    adaptive_k: bool = Field(True, description="draft fewer than K tokens when that is faster (never more)")
     draft_min_confidence: float = Field(0.0, ge=0.0, le=1.0, description="stop drafting below this")
 
 
@@ -234,6 +235,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--top-p": ("decoding", "top_p"),
     "--max-new-tokens": ("decoding", "max_new_tokens"),
     "--seed": ("decoding", "seed"),
+    "--adaptive-k": ("decoding", "adaptive_k"),
     "--draft-min-confidence": ("decoding", "draft_min_confidence"),
     "--system-prompt": ("chat", "system_prompt"),
     "--history": ("chat", "history_path"),

@@ -98,6 +98,7 @@ def tiny_engine(
     seed: int = 0,
     eos_ids: frozenset[int] | None = None,
     fast: bool = True,
+    adaptive: bool = True,
 ) -> Engine:
     """Target and a noisy copy as draft; ``eos_ids`` = frozenset() never stops early.
 
@@ -116,6 +117,7 @@ def tiny_engine(
         max_context=context_length(target),
         vocab_size=target.config.vocab_size,
         min_confidence=min_confidence,
+        adaptive=adaptive,
     )
 
 

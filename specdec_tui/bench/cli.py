@@ -54,6 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bench-seed", dest="seed", type=int, default=0)
     parser.add_argument("--min-confidence", type=float, default=None,
                         help="draft stop threshold (default: the setting decoding.draft_min_confidence)")
+    parser.add_argument("--fixed-k", action="store_true", help="always draft K tokens (no adaptive K)")
     parser.add_argument("--out", type=Path, default=None, help="CSV path (default bench-results/<time>.csv)")
     parser.add_argument("--plot", type=Path, default=None, help="also write a PNG of tokens/s against K")
     add_settings_flags(parser, only=("models",))
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specdec-bench: error: {exc}", file=sys.stderr)
         return 2
     min_confidence = settings.decoding.draft_min_confidence if args.min_confidence is None else args.min_confidence
-    engine = pair.engine(min_confidence)
+    engine = pair.engine(min_confidence, adaptive=settings.decoding.adaptive_k and not args.fixed_k)
     plan = BenchPlan(modes=args.modes, ks=args.ks, taus=args.taus, temperature=args.temperature, top_p=args.top_p,
                      max_new_tokens=args.new_tokens, repeats=args.repeats, seed=args.seed)
     print(f"target {models.target} ({models.precision}), draft {models.draft} ({models.draft_precision}), "

@@ -147,6 +147,8 @@ class SpeculativeDecoder:
                 verify_s=step_end - draft_done,
             )
             records.append(record)
+            if drafter is not None:
+                drafter.observe(record, draft.source)
             if not ttft:
                 ttft = step_end - start
             yield StepEvent(

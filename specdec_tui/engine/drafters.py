@@ -17,6 +17,8 @@ import torch
 
 from specdec_tui.engine.acceptance import sampling_probs
 from specdec_tui.engine.cached_model import CachedModel
+from specdec_tui.engine.metrics import StepRecord
+from specdec_tui.engine.policy import DraftPolicy
 
 
 @dataclass
@@ -40,10 +42,11 @@ class Sampler:
 
 @dataclass(frozen=True)
 class Draft:
-    """Proposed tokens and, when they were sampled, the draft distribution q of each (k, vocab)."""
+    """Proposed tokens, who proposed them, and when sampled the draft distribution q of each (k, vocab)."""
 
     tokens: list[int]
     probs: torch.Tensor | None = None
+    source: str = ""
 
 
 class Drafter(Protocol):
@@ -53,19 +56,26 @@ class Drafter(Protocol):
         """Up to ``k`` tokens likely to follow ``context``."""
         ...
 
+    def observe(self, record: StepRecord, source: str) -> None:
+        """Learn from how the step that verified a draft from ``source`` went."""
+        ...
+
 
 class ModelDrafter:
     name = "model"
 
-    def __init__(self, model: CachedModel, vocab_size: int, min_confidence: float = 0.0) -> None:
+    def __init__(self, model: CachedModel, vocab_size: int, min_confidence: float = 0.0,
+                 policy: DraftPolicy | None = None) -> None:
         """``vocab_size`` is the target's logit width; ``min_confidence`` stops a draft early.
 
         Drafting stops after a token whose draft probability is below ``min_confidence``: the
         target is then unlikely to accept what would follow, and each draft step costs time.
+        ``policy``, if given, caps each draft at the length with the best expected tokens/s.
         """
         self.model = model
         self.vocab_size = vocab_size
         self.min_confidence = min_confidence
+        self.policy = policy
         self.embeddable = model.input_vocab
 
     def _embeddable(self, context: Sequence[int]) -> Sequence[int]:
@@ -81,7 +91,15 @@ class ModelDrafter:
             return logits[: self.vocab_size]
         return torch.cat([logits, logits.new_full((self.vocab_size - width,), float("-inf"))])
 
+    def observe(self, record: StepRecord, source: str) -> None:
+        if self.policy is not None:
+            self.policy.observe(record, from_model=source == self.name)
+
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        if self.policy is not None:
+            k = self.policy.choose(k)
+        if k == 0:
+            return Draft([], source=self.name)
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         context = self._embeddable(context)
@@ -99,7 +117,7 @@ class ModelDrafter:
             if len(tokens) >= k or confidence < self.min_confidence:
                 break
             logits = self._align(self.model.logits_for([*context, *tokens], 1)[0])
-        return Draft(tokens, torch.stack(rows) if rows else None)
+        return Draft(tokens, torch.stack(rows) if rows else None, self.name)
 
 
 def find_continuation(context: Sequence[int], ngram: int, k: int) -> list[int]:
@@ -122,12 +140,15 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
+    def observe(self, record: StepRecord, source: str) -> None:
+        pass
+
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
         for ngram in range(self.max_ngram, self.min_ngram - 1, -1):
             tokens = find_continuation(context, ngram, k)
             if tokens:
-                return Draft(tokens)
-        return Draft([])
+                return Draft(tokens, source=self.name)
+        return Draft([], source=self.name)
 
 
 class HybridDrafter:
@@ -136,6 +157,9 @@ class HybridDrafter:
     def __init__(self, lookup: PromptLookupDrafter, model: ModelDrafter) -> None:
         self.lookup = lookup
         self.model = model
+
+    def observe(self, record: StepRecord, source: str) -> None:
+        self.model.observe(record, source)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
         draft = self.lookup.propose(context, k, sampler)

@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerBase
 from specdec_tui.engine.cached_model import CachedModel, Runner
 from specdec_tui.engine.decoder import DecodeParams, Event, SpeculativeDecoder
 from specdec_tui.engine.drafters import Drafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_tui.engine.policy import DraftPolicy
 
 Mode = Literal["model", "prompt-lookup", "hybrid", "target"]
 MODES: tuple[str, ...] = ("model", "prompt-lookup", "hybrid", "target")
@@ -27,14 +28,18 @@ class Engine:
         max_context: int,
         vocab_size: int,
         min_confidence: float = 0.0,
+        adaptive: bool = True,
     ) -> None:
+        """``adaptive`` lets the model drafter pick each draft's length (up to K) by expected speed."""
         self.tokenizer = tokenizer
         self.target = CachedModel(target)
         self.draft = CachedModel(draft) if draft is not None else None
         self.decoder = SpeculativeDecoder(self.target, tokenizer, eos_ids, max_context)
         self.lookup = PromptLookupDrafter()
         self.model_drafter = (
-            ModelDrafter(self.draft, vocab_size, min_confidence) if self.draft is not None else None
+            ModelDrafter(self.draft, vocab_size, min_confidence, DraftPolicy() if adaptive else None)
+            if self.draft is not None
+            else None
         )
 
     def drafter(self, mode: str) -> Drafter | None:

@@ -121,27 +121,22 @@ class FastLlama:
         self.length = min(self.length, length)
 
     def _rotary(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin for the new positions: rotate(x) = x cos + roll(x, half) sin."""
         positions = torch.arange(self.length, self.length + rows, dtype=torch.float32)
-        angles = torch.outer(positions, self.inv_freq)
-        angles = torch.cat([angles, angles], dim=-1)[:, None, :]
-        return angles.cos(), angles.sin()
-
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = self.head_dim // 2
-        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+        angles = torch.outer(positions, self.inv_freq)[:, None, :]
+        return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-angles.sin(), angles.sin()], dim=-1)
 
     def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """Causal attention of the new rows ``q`` (rows, heads, dim) over the cache."""
+        """Causal attention of the new rows ``q`` (rows, heads, dim, already scaled) over the cache."""
         rows = q.shape[0]
         keys, values = self.keys[layer], self.values[layer]
         end = self.length + rows
         groups = self.heads // self.kv_heads
-        scale = 1.0 / math.sqrt(self.head_dim)
         if rows > MAX_ROWS:
             mask = torch.ones(rows, end, dtype=torch.bool).tril(self.length)
             out = F.scaled_dot_product_attention(
                 q.transpose(0, 1)[None], keys[None, :, :end], values[None, :, :end],
-                attn_mask=mask, scale=scale, enable_gqa=groups > 1,
+                attn_mask=mask, scale=1.0, enable_gqa=groups > 1,
             )
             return out[0].transpose(0, 1).reshape(rows, -1)
         outputs = []
@@ -149,7 +144,7 @@ class FastLlama:
             # The query heads sharing a key/value head attend as that head's rows: no repeat, no mask.
             stop = self.length + row + 1
             packed = q[row].view(self.kv_heads, groups, self.head_dim)
-            scores = torch.bmm(packed, keys[:, :stop].transpose(1, 2)) * scale
+            scores = torch.bmm(packed, keys[:, :stop].transpose(1, 2))
             outputs.append(torch.bmm(torch.softmax(scores, dim=-1), values[:, :stop]).view(1, -1))
         return outputs[0] if rows == 1 else torch.cat(outputs)
 
@@ -160,18 +155,19 @@ class FastLlama:
             self._grow(self.length + rows)
         x = self.embed[torch.tensor(ids)]
         cos, sin = self._rotary(rows)
+        half, scale = self.head_dim // 2, 1.0 / math.sqrt(self.head_dim)
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         width = x.shape[-1]
         for i, ((qkv, out_proj, gate_up, down), (norm_in, norm_post)) in enumerate(zip(self.layers, self.norms)):
             h = F.rms_norm(x, (width,), norm_in, self.eps)
             projected = qkv(h)
-            q = projected[:, :q_width].view(rows, self.heads, self.head_dim)
-            k = projected[:, q_width : q_width + kv_width].view(rows, self.kv_heads, self.head_dim)
+            # Rotate queries and keys in one go: their heads sit side by side in the projection.
+            qk = projected[:, : q_width + kv_width].view(rows, self.heads + self.kv_heads, self.head_dim)
+            qk = qk * cos + qk.roll(half, dims=-1) * sin
             v = projected[:, q_width + kv_width :].view(rows, self.kv_heads, self.head_dim)
-            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-            self.keys[i][:, self.length : self.length + rows] = k.transpose(0, 1)
+            self.keys[i][:, self.length : self.length + rows] = qk[:, self.heads :].transpose(0, 1)
             self.values[i][:, self.length : self.length + rows] = v.transpose(0, 1)
-            x = x + out_proj(self._attend(i, q))
+            x = x + out_proj(self._attend(i, qk[:, : self.heads] * scale))
             h = F.rms_norm(x, (width,), norm_post, self.eps)
             gu = gate_up(h)
             x = x + down(F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :])

@@ -49,7 +49,7 @@ class ModelPair:
     target: LoadedModel
     draft: LoadedModel | None
 
-    def engine(self, min_confidence: float = 0.0) -> Engine:
+    def engine(self, min_confidence: float = 0.0, adaptive: bool = True) -> Engine:
         return Engine(
             self.target.runner,
             self.target.tokenizer,
@@ -58,6 +58,7 @@ class ModelPair:
             max_context=self.target.max_context,
             vocab_size=self.target.vocab_size,
             min_confidence=min_confidence,
+            adaptive=adaptive,
         )
 
 

@@ -268,7 +268,8 @@ class SpecDecApp(App[None]):
 
     def on_loaded(self, message: Loaded) -> None:
         self.pair = message.pair
-        self.engine = message.pair.engine(self.settings.decoding.draft_min_confidence)
+        decoding = self.settings.decoding
+        self.engine = message.pair.engine(decoding.draft_min_confidence, decoding.adaptive_k)
         if message.pair.draft is None:
             self.speculative = False
         self.query_one(LoadingPanel).display = False

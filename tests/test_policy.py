@@ -1,0 +1,76 @@
+"""The draft-length policy: expected tokens per step and the K that maximises tokens per second."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec_tui.engine.metrics import StepRecord
+from specdec_tui.engine.policy import DraftPolicy, best_k, expected_tokens
+
+
+@given(st.floats(0.0, 0.999), st.integers(0, 16))
+@settings(max_examples=300, deadline=None)
+def test_expected_tokens_is_between_one_and_k_plus_one_and_grows_with_k(alpha, k):
+    e = expected_tokens(alpha, k)
+    assert 1.0 <= e <= k + 1 + 1e-9
+    assert expected_tokens(alpha, k + 1) >= e - 1e-12
+
+
+def test_expected_tokens_matches_a_direct_sum():
+    alpha, k = 0.8, 4
+    direct = sum(alpha**i for i in range(k + 1))  # the bonus/correction plus each kept prefix
+    assert expected_tokens(alpha, k) == pytest.approx(direct)
+    assert expected_tokens(1.0, 4) == 5.0
+
+
+def flat(cost: float):  # type: ignore[no-untyped-def]
+    return lambda rows: cost
+
+
+def test_a_useless_draft_means_no_drafting():
+    assert best_k(0.0, draft_cost=0.01, verify_cost=flat(0.1), k_max=8) == 0
+
+
+def test_a_perfect_free_draft_drafts_the_most():
+    assert best_k(1.0, draft_cost=0.0, verify_cost=flat(0.1), k_max=8) == 8
+
+
+@given(st.floats(0.05, 0.99), st.floats(0.001, 0.1), st.floats(0.0, 0.05))
+@settings(max_examples=200, deadline=None)
+def test_the_chosen_k_is_never_slower_than_plain_target_steps(alpha, draft_cost, slope):
+    verify = lambda rows: 0.1 + slope * (rows - 1)  # noqa: E731
+    k = best_k(alpha, draft_cost, verify, 8)
+    assert expected_tokens(alpha, k) / (k * draft_cost + verify(k + 1)) >= 1 / verify(1) - 1e-12
+
+
+def step(drafted: int, accepted: int, draft_s: float = 0.04, verify_s: float = 0.1) -> StepRecord:
+    return StepRecord(drafted=drafted, accepted=accepted, emitted=accepted + 1, draft_s=draft_s, verify_s=verify_s)
+
+
+def test_the_policy_backs_off_when_drafts_keep_being_rejected_and_probes_again():
+    policy = DraftPolicy(probe_every=4)
+    for _ in range(10):
+        policy.observe(step(4, 0, draft_s=0.2), from_model=True)
+        policy.observe(step(0, 0, verify_s=0.1), from_model=False)
+    choices = [policy.choose(4) for _ in range(8)]
+    assert choices.count(0) >= 6 and 1 in choices  # mostly target-only, with a one-token probe
+
+
+def test_the_policy_drafts_deep_when_drafts_are_cheap_and_kept():
+    policy = DraftPolicy()
+    for rows in (1, 5):
+        policy.observe(step(rows - 1, rows - 1, draft_s=0.01 * (rows - 1), verify_s=0.1 + 0.005 * rows),
+                       from_model=True)
+    for _ in range(10):
+        policy.observe(step(4, 4, draft_s=0.04), from_model=True)
+    assert policy.alpha > 0.9
+    assert policy.choose(6) == 6
+
+
+def test_lookup_steps_teach_verify_costs_but_not_draft_acceptance():
+    policy = DraftPolicy()
+    before = policy.alpha
+    policy.observe(step(6, 0, verify_s=0.3), from_model=False)
+    assert policy.alpha == before
+    assert policy.verify_cost(7) == pytest.approx(0.3)
+    assert policy.verify_cost(9) > policy.verify_cost(7)  # extrapolated with the prior slope

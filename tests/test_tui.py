@@ -10,7 +10,7 @@ import torch
 from rich.console import Console
 from tiny import tiny_pair
 
-from specdec_tui.chat.history import History
+from specdec_tui.chat.history import History, HistoryError
 from specdec_tui.config import Settings, load_settings
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.loader import ModelPair
@@ -305,3 +305,18 @@ def test_main_screen_snapshot(snap_compare):
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=(100, 30), run_before=loaded)
+
+
+async def test_a_history_write_failure_is_reported_and_the_chat_goes_on(monkeypatch):
+    history = History(":memory:")
+
+    def full_disk(*args: object, **kwargs: object) -> int:
+        raise HistoryError("the disk holding h.sqlite is full; the chat continues but is not being saved")
+
+    monkeypatch.setattr(history, "add_message", full_disk)
+    app = make_app(history)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "hello")
+        assert [m["role"] for m in app.messages] == ["user", "assistant"]  # nothing lost on screen
+        assert any("is full" in n.message for n in app._notifications)

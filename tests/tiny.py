@@ -107,7 +107,6 @@ def tiny_engine(
     """
     target = tiny_model(arch, seed)
     draft = perturbed(target, noise, seed + 1)
-    device = torch.device("cpu")
     tokenizer = tiny_tokenizer()
     return Engine(
         runner_for(target, precision, fast),

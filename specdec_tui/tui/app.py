@@ -471,7 +471,8 @@ class SpecDecApp(App[None]):
 
     def on_compare_done(self, message: CompareDone) -> None:
         self.busy = False
-        self.query_one(ChatLog).add(CompareView(message.first, message.second))
+        view = self.query_one(ChatLog).add(CompareView(message.first, message.second))
+        self.call_after_refresh(view.scroll_visible, animate=False)
 
     @on(ConversationList.Opened)
     def open_conversation(self, event: ConversationList.Opened) -> None:

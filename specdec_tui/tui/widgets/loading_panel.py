@@ -14,6 +14,7 @@ STAGE_TITLES = {
     "convert": "Converting (once)",
     "load": "Loading",
     "prepare": "Packing weights",
+    "rebuild": "Rebuilding",
 }
 
 

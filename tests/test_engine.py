@@ -300,3 +300,13 @@ def test_sampled_speculation_matches_target_sampling_statistically():
     total_variation = 0.5 * (counts / runs - exact).abs().sum()
     expected_noise = 0.5 * torch.sqrt(2 * exact * (1 - exact) / (math.pi * runs)).sum()
     assert total_variation < 1.5 * expected_noise
+
+
+def test_the_drafter_reports_how_much_it_had_to_catch_up():
+    engine = tiny_engine("qwen2", eos_ids=frozenset(), adaptive=False)
+    sampler = Sampler(0.0, 1.0, torch.Generator())
+    assert engine.model_drafter is not None
+    draft = engine.model_drafter.propose(PROMPT, 3, sampler)
+    assert engine.model_drafter.caught_up == len(PROMPT)  # the first draft reads the whole prompt
+    engine.model_drafter.propose([*PROMPT, draft.tokens[0], 7], 3, sampler)
+    assert engine.model_drafter.caught_up == 1  # later ones only what the target added

@@ -74,3 +74,11 @@ def test_lookup_steps_teach_verify_costs_but_not_draft_acceptance():
     assert policy.alpha == before
     assert policy.verify_cost(7) == pytest.approx(0.3)
     assert policy.verify_cost(9) > policy.verify_cost(7)  # extrapolated with the prior slope
+
+
+def test_a_draft_that_read_a_whole_prompt_does_not_inflate_the_draft_cost():
+    policy = DraftPolicy()
+    policy.observe(step(4, 4, draft_s=0.04), from_model=True)
+    policy.observe(step(4, 4, draft_s=3.0), from_model=True, cost_is_typical=False)  # prompt prefill
+    assert policy.draft_cost == pytest.approx(0.01)
+    assert policy.alpha > 0.7  # acceptance still learnt from that step

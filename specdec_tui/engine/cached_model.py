@@ -67,6 +67,8 @@ class CachedModel:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.ids: list[int] = []
+        #: How many tokens the latest forward pass fed (1 for a decode step, more for a prefill).
+        self.last_fed = 0
 
     @property
     def input_vocab(self) -> int:
@@ -87,6 +89,7 @@ class CachedModel:
     def _forward(self, new: list[int], n_logits: int) -> torch.Tensor:
         logits = self.runner.forward(new, n_logits)
         self.ids.extend(new)
+        self.last_fed = len(new)
         return logits
 
     def prefill(self, ids: Sequence[int]) -> None:

@@ -76,6 +76,8 @@ class ModelDrafter:
         self.vocab_size = vocab_size
         self.min_confidence = min_confidence
         self.policy = policy
+        #: Tokens the latest draft had to catch up on first (a whole prompt after a reset).
+        self.caught_up = 0
         self.embeddable = model.input_vocab
 
     def _embeddable(self, context: Sequence[int]) -> Sequence[int]:
@@ -93,7 +95,8 @@ class ModelDrafter:
 
     def observe(self, record: StepRecord, source: str) -> None:
         if self.policy is not None:
-            self.policy.observe(record, from_model=source == self.name)
+            # A draft that first had to read a prompt says nothing about what drafting costs.
+            self.policy.observe(record, from_model=source == self.name, cost_is_typical=self.caught_up <= 2)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
         if self.policy is not None:
@@ -104,6 +107,7 @@ class ModelDrafter:
         rows: list[torch.Tensor] = []
         context = self._embeddable(context)
         logits = self._align(self.model.logits_for(context, 1)[0])
+        self.caught_up = self.model.last_fed
         while True:
             if sampler.greedy:
                 token = int(logits.argmax())

@@ -80,12 +80,16 @@ class DraftPolicy:
     def _ema(old: float | None, new: float, weight: float = 0.3) -> float:
         return new if old is None else (1 - weight) * old + weight * new
 
-    def observe(self, record: StepRecord, from_model: bool) -> None:
-        """Learn from one step; acceptance and draft cost only from steps the model drafted."""
+    def observe(self, record: StepRecord, from_model: bool, cost_is_typical: bool = True) -> None:
+        """Learn from one step; acceptance and draft cost only from steps the model drafted.
+
+        ``cost_is_typical`` is False when the draft time includes reading a prompt.
+        """
         rows = record.drafted + 1
         self.verify[rows] = self._ema(self.verify.get(rows), record.verify_s)
         if not from_model or record.drafted == 0:
             return
         self.kept = self.decay * self.kept + record.accepted
         self.rejected = self.decay * self.rejected + (record.accepted < record.drafted)
-        self.draft_cost = self._ema(self.draft_cost, record.draft_s / record.drafted)
+        if cost_is_typical:
+            self.draft_cost = self._ema(self.draft_cost, record.draft_s / record.drafted)

@@ -36,6 +36,8 @@ class Engine:
         self.draft = CachedModel(draft) if draft is not None else None
         self.decoder = SpeculativeDecoder(self.target, tokenizer, eos_ids, max_context)
         self.lookup = PromptLookupDrafter()
+        # Next to a model draft, a copied continuation must match a longer n-gram to be trusted.
+        self.strict_lookup = PromptLookupDrafter(min_ngram=3)
         self.model_drafter = (
             ModelDrafter(self.draft, vocab_size, min_confidence, DraftPolicy() if adaptive else None)
             if self.draft is not None
@@ -52,7 +54,7 @@ class Engine:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if self.model_drafter is None:
             raise ValueError(f"mode {mode!r} needs a draft model, and none is loaded")
-        return self.model_drafter if mode == "model" else HybridDrafter(self.lookup, self.model_drafter)
+        return self.model_drafter if mode == "model" else HybridDrafter(self.strict_lookup, self.model_drafter)
 
     def reset(self) -> None:
         """Forget both KV caches, so the next reply starts from an empty context."""

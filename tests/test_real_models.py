@@ -27,7 +27,8 @@ def pair() -> ModelPair:
     progress = TerminalProgress()
     loaded = load_pair(DEFAULT_TARGET, DEFAULT_DRAFT, precision=settings.models.precision,
                        draft_precision=settings.models.draft_precision, device="cpu",
-                       cache_dir=settings.models.cache_dir, progress=progress)
+                       cache_dir=settings.models.cache_dir, progress=progress,
+                       draft_head_tokens=settings.models.draft_head_tokens)
     progress.close()
     return loaded
 

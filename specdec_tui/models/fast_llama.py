@@ -83,7 +83,7 @@ class FastLlama:
 
         head = model.lm_head
         self.head_ids: torch.Tensor | None = None
-        if head_tokens is not None and head_tokens < self.vocab:
+        if head_tokens and head_tokens < self.vocab:
             extra = sorted({t for t in keep_tokens if t >= head_tokens})
             self.head_ids = torch.cat([torch.arange(head_tokens), torch.tensor(extra, dtype=torch.long)])
             head = _head_rows(head, self.head_ids)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import torch
@@ -115,13 +115,12 @@ class SpeculativeDecoder:
         text = IncrementalDetokenizer(self.tokenizer)
         context = list(prompt_ids)
         records: list[StepRecord] = []
-        generated: list[int] = []
-        ttft = 0.0
+        ttft: float | None = None
         finish = "length"
         start = time.perf_counter()
         self.target.prefill(context[:-1])
-        while len(generated) < params.max_new_tokens:
-            room = min(params.max_new_tokens - len(generated), self.max_context - len(context))
+        while (generated := len(context) - len(prompt_ids)) < params.max_new_tokens:
+            room = min(params.max_new_tokens - generated, self.max_context - len(context))
             if room <= 0:
                 finish = "context"
                 break
@@ -129,31 +128,17 @@ class SpeculativeDecoder:
                 finish = "cancelled"
                 break
             k = min(params.k, room - 1) if drafter is not None else 0
-            step_start = time.perf_counter()
-            draft = drafter.propose(context, k, sampler) if k > 0 else Draft([])
-            draft_done = time.perf_counter()
-            logits = self.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1)
-            verdict = verify_block(draft, logits, params, sampler)
-            step_end = time.perf_counter()
-            accepted = draft.tokens[: verdict.accepted]
-            emitted, hit_eos = cut_at_eos([*accepted, verdict.next_token][:room], self.eos_ids)
+            draft, verdict, record = self.step(context, drafter, k, params, sampler)
+            emitted, hit_eos = cut_at_eos([*draft.tokens[: verdict.accepted], verdict.next_token][:room], self.eos_ids)
+            record = replace(record, accepted=min(verdict.accepted, len(emitted)), emitted=len(emitted))
             context.extend(emitted)
-            generated.extend(emitted)
-            record = StepRecord(
-                drafted=len(draft.tokens),
-                accepted=min(verdict.accepted, len(emitted)),
-                emitted=len(emitted),
-                draft_s=draft_done - step_start,
-                verify_s=step_end - draft_done,
-            )
             records.append(record)
             if drafter is not None:
                 drafter.observe(record, draft.source)
-            if not ttft:
-                ttft = step_end - start
+            ttft = ttft if ttft is not None else time.perf_counter() - start
             yield StepEvent(
                 tuple(
-                    Token(t, Origin.DRAFT if i < len(accepted) else Origin.TARGET, text.push(t))
+                    Token(t, Origin.DRAFT if i < record.accepted else Origin.TARGET, text.push(t))
                     for i, t in enumerate(emitted)
                 ),
                 record,
@@ -166,7 +151,26 @@ class SpeculativeDecoder:
             mode=drafter.name if drafter is not None else "target",
             prompt_tokens=len(prompt_ids),
             seconds=time.perf_counter() - start,
-            ttft_s=ttft,
+            ttft_s=ttft or 0.0,
             finish_reason=finish,
         )
-        yield FinishedEvent(summary, tuple(generated), self.tokenizer.decode(generated, skip_special_tokens=True))
+        generated_ids = tuple(context[len(prompt_ids) :])
+        yield FinishedEvent(summary, generated_ids, self.tokenizer.decode(generated_ids, skip_special_tokens=True))
+
+    def step(
+        self, context: list[int], drafter: Drafter | None, k: int, params: DecodeParams, sampler: Sampler
+    ) -> tuple[Draft, Verdict, StepRecord]:
+        """One round: draft up to ``k`` tokens, score them with one target pass, judge them."""
+        started = time.perf_counter()
+        draft = drafter.propose(context, k, sampler) if drafter is not None and k > 0 else Draft([])
+        drafted = time.perf_counter()
+        logits = self.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1)
+        verdict = verify_block(draft, logits, params, sampler)
+        record = StepRecord(
+            drafted=len(draft.tokens),
+            accepted=verdict.accepted,
+            emitted=verdict.accepted + 1,
+            draft_s=drafted - started,
+            verify_s=time.perf_counter() - drafted,
+        )
+        return draft, verdict, record

@@ -5,7 +5,9 @@ deprecated, so everything that uses it lives here and each path falls back to a 
 ``nn.Linear`` when the op is missing.
 
 ``int8`` is row-wise: every row of the activation is scaled by its own absolute maximum before the
-kernel's per-tensor quantization, and a fixed anchor row pins the kernel's range. Each row is then
+kernel's per-tensor quantization, and two anchor columns (-1 and +1, against zero weights) pin the
+kernel's range to [-1, 1] in every row. (An anchor row would do the same but costs the kernel a
+whole extra row; two extra columns cost almost nothing.) Each row is then
 quantized independently of the others and accumulated in exact integer arithmetic, so a verify
 pass over M tokens computes bit-for-bit the numbers of M single steps. That is what lets the
 target run in int8 without breaking the lossless guarantee. ``fp16`` (fbgemm fp16 weights) is
@@ -30,6 +32,9 @@ PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 BATCH_INVARIANT: frozenset[str] = frozenset({"int8"})
 
 PackProgress = Callable[[int, int], None]
+
+#: Extra activation columns holding -1 and +1 that fix the int8 kernel's range (see the module doc).
+ANCHOR_COLUMNS = 2
 
 
 def _ops_available() -> bool:
@@ -58,29 +63,26 @@ class _RowScaledInput:
         self.source: torch.Tensor | None = None
         self.scaled: torch.Tensor | None = None
         self.row_max: torch.Tensor | None = None
-        self.anchors: dict[int, torch.Tensor] = {}
 
     def prepare(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` as rows scaled into [-1, 1], followed by the anchor columns; and each row's scale."""
         if x is self.source:
             return self.scaled, self.row_max  # type: ignore[return-value]
         flat = x.reshape(-1, x.shape[-1])
+        width = flat.shape[1]
         row_max = flat.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
-        self.source, self.row_max = x, row_max
-        self.scaled = torch.cat([flat / row_max, self._anchor(x.shape[-1], x.dtype)])
-        return self.scaled, row_max
-
-    def _anchor(self, width: int, dtype: torch.dtype) -> torch.Tensor:
-        anchor = self.anchors.get(width)
-        if anchor is None or anchor.dtype != dtype:
-            anchor = torch.zeros(1, width, dtype=dtype)
-            anchor[0, 0], anchor[0, 1 % width] = -1.0, 1.0
-            self.anchors[width] = anchor
-        return anchor
+        scaled = flat.new_empty(flat.shape[0], width + ANCHOR_COLUMNS)
+        torch.div(flat, row_max, out=scaled[:, :width])
+        scaled[:, width], scaled[:, width + 1] = -1.0, 1.0
+        self.source, self.scaled, self.row_max = x, scaled, row_max
+        return scaled, row_max
 
 
-def _packed_int8(linear: nn.Linear, with_bias: bool) -> object:
-    """fbgemm-packed int8 weights, one scale per output channel."""
+def _packed_int8(linear: nn.Linear, with_bias: bool, anchor_columns: int = 0) -> object:
+    """fbgemm-packed int8 weights, one scale per output channel, with zero weights for anchor columns."""
     weight = linear.weight.detach().float()
+    if anchor_columns:
+        weight = torch.cat([weight, weight.new_zeros(weight.shape[0], anchor_columns)], dim=1)
     scales = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
     zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
     with warnings.catch_warnings():
@@ -111,7 +113,7 @@ class RowwiseInt8Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear, shared_input: _RowScaledInput) -> None:
         super().__init__()
-        self.packed = _packed_int8(linear, with_bias=False)
+        self.packed = _packed_int8(linear, with_bias=False, anchor_columns=ANCHOR_COLUMNS)
         self.bias = None if linear.bias is None else linear.bias.detach().float()
         self.shared_input = shared_input
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -119,8 +121,7 @@ class RowwiseInt8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scaled, row_max = self.shared_input.prepare(x)
         # reduce_range keeps activations to 7 bits, so the kernel's int16 pair sums never saturate.
-        out = torch.ops.quantized.linear_dynamic(scaled, self.packed, True)[:-1]
-        out = out * row_max
+        out = torch.ops.quantized.linear_dynamic(scaled, self.packed, True) * row_max
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)

@@ -1,9 +1,11 @@
 """The draft-length policy: expected tokens per step and the K that maximises tokens per second."""
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specdec_tui.engine.drafters import Draft, HybridDrafter, PromptLookupDrafter, Sampler
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import DraftPolicy, best_k, expected_tokens
 
@@ -50,8 +52,8 @@ def step(drafted: int, accepted: int, draft_s: float = 0.04, verify_s: float = 0
 def test_the_policy_backs_off_when_drafts_keep_being_rejected_and_probes_again():
     policy = DraftPolicy(probe_every=4)
     for _ in range(10):
-        policy.observe(step(4, 0, draft_s=0.2), from_model=True)
-        policy.observe(step(0, 0, verify_s=0.1), from_model=False)
+        policy.observe(step(4, 0, draft_s=0.2), own_draft=True)
+        policy.observe(step(0, 0, verify_s=0.1), own_draft=False)
     choices = [policy.choose(4) for _ in range(8)]
     assert choices.count(0) >= 6 and 1 in choices  # mostly target-only, with a one-token probe
 
@@ -60,17 +62,17 @@ def test_the_policy_drafts_deep_when_drafts_are_cheap_and_kept():
     policy = DraftPolicy()
     for rows in (1, 5):
         policy.observe(step(rows - 1, rows - 1, draft_s=0.01 * (rows - 1), verify_s=0.1 + 0.005 * rows),
-                       from_model=True)
+                       own_draft=True)
     for _ in range(10):
-        policy.observe(step(4, 4, draft_s=0.04), from_model=True)
+        policy.observe(step(4, 4, draft_s=0.04), own_draft=True)
     assert policy.alpha > 0.9
     assert policy.choose(6) == 6
 
 
-def test_lookup_steps_teach_verify_costs_but_not_draft_acceptance():
+def test_steps_of_another_drafter_teach_verify_costs_but_not_draft_acceptance():
     policy = DraftPolicy()
     before = policy.alpha
-    policy.observe(step(6, 0, verify_s=0.3), from_model=False)
+    policy.observe(step(6, 0, verify_s=0.3), own_draft=False)
     assert policy.alpha == before
     assert policy.verify_cost(7) == pytest.approx(0.3)
     assert policy.verify_cost(9) > policy.verify_cost(7)  # extrapolated with the prior slope
@@ -78,7 +80,55 @@ def test_lookup_steps_teach_verify_costs_but_not_draft_acceptance():
 
 def test_a_draft_that_read_a_whole_prompt_does_not_inflate_the_draft_cost():
     policy = DraftPolicy()
-    policy.observe(step(4, 4, draft_s=0.04), from_model=True)
-    policy.observe(step(4, 4, draft_s=3.0), from_model=True, cost_is_typical=False)  # prompt prefill
+    policy.observe(step(4, 4, draft_s=0.04), own_draft=True)
+    policy.observe(step(4, 4, draft_s=3.0), own_draft=True, cost_is_typical=False)  # prompt prefill
     assert policy.draft_cost == pytest.approx(0.01)
     assert policy.alpha > 0.7  # acceptance still learnt from that step
+
+
+GREEDY = Sampler(0.0, 1.0, torch.Generator().manual_seed(0))
+REPEATING = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]  # the last 3-gram occurred before: a copy is found
+
+
+def teach_rejected_copies(drafter: PromptLookupDrafter | HybridDrafter) -> None:
+    """13 steps whose copied drafts were all rejected, with verify costs rising per row."""
+    for rows in (1, 2, 5):
+        drafter.observe(step(rows - 1, 0, draft_s=0.0, verify_s=0.08 + 0.02 * rows), "prompt-lookup")
+    for _ in range(10):
+        drafter.observe(step(4, 0, draft_s=0.0001, verify_s=0.18), "prompt-lookup")
+
+
+def test_a_lookup_whose_copies_keep_failing_stops_copying():
+    drafter = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy())
+    assert drafter.propose(REPEATING, 4, GREEDY).tokens == [8, 9, 10, 11]
+    teach_rejected_copies(drafter)
+    assert drafter.propose(REPEATING, 4, GREEDY).tokens == []
+
+
+def test_a_lookup_whose_copies_are_kept_copies_the_most():
+    drafter = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy())
+    for _ in range(10):
+        drafter.observe(step(4, 4, draft_s=0.0001, verify_s=0.12), "prompt-lookup")
+    assert drafter.propose(REPEATING, 4, GREEDY).tokens == [8, 9, 10, 11]
+
+
+class FixedDrafter:
+    name = "model"
+
+    def __init__(self) -> None:
+        self.observed: list[str] = []
+
+    def propose(self, context, k, sampler):  # type: ignore[no-untyped-def]
+        return Draft([1] * k, source=self.name)
+
+    def observe(self, record: StepRecord, source: str) -> None:
+        self.observed.append(source)
+
+
+def test_a_hybrid_hands_over_to_the_model_when_its_copies_fail():
+    lookup, model = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy()), FixedDrafter()
+    hybrid = HybridDrafter(lookup, model)  # type: ignore[arg-type]
+    assert hybrid.propose(REPEATING, 4, GREEDY).source == "prompt-lookup"
+    teach_rejected_copies(hybrid)
+    assert hybrid.propose(REPEATING, 4, GREEDY).source == "model"
+    assert model.observed.count("prompt-lookup") == 13  # the model's policy still learns verify costs

@@ -3,7 +3,8 @@
 - ``ModelDrafter``: a small causal LM sharing the target's tokenizer, run autoregressively.
 - ``PromptLookupDrafter``: copies what followed the latest earlier occurrence of the context's
   last n-gram (free, and strong when the reply repeats the prompt, as in code editing).
-- ``HybridDrafter``: prompt lookup when it finds a match, the model otherwise.
+- ``HybridDrafter``: prompt lookup when it finds a match (and its copies have been paying), the
+  model otherwise.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class ModelDrafter:
     def observe(self, record: StepRecord, source: str) -> None:
         if self.policy is not None:
             # A draft that first had to read a prompt says nothing about what drafting costs.
-            self.policy.observe(record, from_model=source == self.name, cost_is_typical=self.caught_up <= 2)
+            self.policy.observe(record, own_draft=source == self.name, cost_is_typical=self.caught_up <= 2)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
         if self.policy is not None:
@@ -140,14 +141,25 @@ def find_continuation(context: Sequence[int], ngram: int, k: int) -> list[int]:
 class PromptLookupDrafter:
     name = "prompt-lookup"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, policy: DraftPolicy | None = None) -> None:
+        """``policy``, if given, caps each copy at the length with the best expected tokens/s.
+
+        A copy costs nothing to draft, but every copied token is one more row in the verify pass,
+        so a lookup that keeps guessing wrong should propose less (or nothing, in a hybrid).
+        """
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.policy = policy
 
     def observe(self, record: StepRecord, source: str) -> None:
-        pass
+        if self.policy is not None:
+            self.policy.observe(record, own_draft=source == self.name)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        if self.policy is not None:
+            k = self.policy.choose(k)
+        if k == 0:
+            return Draft([], source=self.name)
         for ngram in range(self.max_ngram, self.min_ngram - 1, -1):
             tokens = find_continuation(context, ngram, k)
             if tokens:
@@ -163,6 +175,7 @@ class HybridDrafter:
         self.model = model
 
     def observe(self, record: StepRecord, source: str) -> None:
+        self.lookup.observe(record, source)
         self.model.observe(record, source)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:

@@ -1,4 +1,4 @@
-"""How many tokens the model drafter should draft next: the K that maximises expected tokens/s.
+"""How many tokens a drafter should draft next: the K that maximises expected tokens/s.
 
 A step drafts k tokens (each costing ``draft_cost``) and verifies k + 1 positions (``verify(k+1)``).
 If each draft is accepted with probability alpha, in order, the step emits
@@ -80,14 +80,14 @@ class DraftPolicy:
     def _ema(old: float | None, new: float, weight: float = 0.3) -> float:
         return new if old is None else (1 - weight) * old + weight * new
 
-    def observe(self, record: StepRecord, from_model: bool, cost_is_typical: bool = True) -> None:
-        """Learn from one step; acceptance and draft cost only from steps the model drafted.
+    def observe(self, record: StepRecord, own_draft: bool, cost_is_typical: bool = True) -> None:
+        """Learn from one step; acceptance and draft cost only from steps that verified this drafter's draft.
 
         ``cost_is_typical`` is False when the draft time includes reading a prompt.
         """
         rows = record.drafted + 1
         self.verify[rows] = self._ema(self.verify.get(rows), record.verify_s)
-        if not from_model or record.drafted == 0:
+        if not own_draft or record.drafted == 0:
             return
         self.kept = self.decay * self.kept + record.accepted
         self.rejected = self.decay * self.rejected + (record.accepted < record.drafted)

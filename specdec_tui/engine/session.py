@@ -30,14 +30,14 @@ class Engine:
         min_confidence: float = 0.0,
         adaptive: bool = True,
     ) -> None:
-        """``adaptive`` lets the model drafter pick each draft's length (up to K) by expected speed."""
+        """``adaptive`` lets each drafter pick its draft's length (up to K) by expected speed."""
         self.tokenizer = tokenizer
         self.target = CachedModel(target)
         self.draft = CachedModel(draft) if draft is not None else None
         self.decoder = SpeculativeDecoder(self.target, tokenizer, eos_ids, max_context)
-        self.lookup = PromptLookupDrafter()
+        self.lookup = PromptLookupDrafter(policy=DraftPolicy() if adaptive else None)
         # Next to a model draft, a copied continuation must match a longer n-gram to be trusted.
-        self.strict_lookup = PromptLookupDrafter(min_ngram=3)
+        self.strict_lookup = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy() if adaptive else None)
         self.model_drafter = (
             ModelDrafter(self.draft, vocab_size, min_confidence, DraftPolicy() if adaptive else None)
             if self.draft is not None

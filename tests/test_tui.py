@@ -108,7 +108,7 @@ async def test_a_message_gets_a_streamed_reply_that_is_stored():
         await ready(pilot)
         await send(pilot, "def add(a, b):")
         reply = replies(app)[-1]
-        run, finished = app.last_run
+        _run, finished = app.last_run
         assert reply.content == finished.text and len(finished.token_ids) == 24
         assert reply.metrics["new_tokens"] == 24
         assert reply.spans, "the reply streamed in as token pieces"
@@ -160,7 +160,7 @@ async def test_escape_cancels_mid_reply_and_keeps_the_partial_text():
         await until(pilot, lambda: bool(replies(app)) and len(replies(app)[-1].content) > 3)
         await pilot.press("escape")
         await until(pilot, lambda: not app.busy)
-        run, finished = app.last_run
+        _run, finished = app.last_run
         assert finished.summary.finish_reason == "cancelled"
         assert 0 < len(finished.token_ids) < 200
         assert replies(app)[-1].content == finished.text

@@ -19,9 +19,16 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from specdec_tui.engine.session import Engine
 from specdec_tui.engine.cached_model import HFRunner, Runner
-from specdec_tui.models.loader import LoadedModel, ModelPair, context_length, eos_token_ids, make_runner, prepare_model
+from specdec_tui.engine.session import Engine
+from specdec_tui.models.loader import (
+    LoadedModel,
+    ModelPair,
+    context_length,
+    eos_token_ids,
+    make_runner,
+    prepare_model,
+)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -59,7 +66,7 @@ def tiny_model(arch: str, seed: int = 0, vocab_size: int | None = None, layers: 
     tokenizer = tiny_tokenizer()
     vocab = vocab_size or len(tokenizer)
     torch.manual_seed(seed)
-    common = dict(vocab_size=vocab, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    common = {"vocab_size": vocab, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
     if arch == "qwen2":
         config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,

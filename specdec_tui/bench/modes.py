@@ -73,7 +73,7 @@ def run_hf(pair: ModelPair, mode: str, prompt_ids: Sequence[int], params: Decode
         top_p=params.top_p if sampling else None,
         top_k=None,
         eos_token_id=sorted(pair.target.eos_ids),
-        pad_token_id=pair.target.tokenizer.pad_token_id or sorted(pair.target.eos_ids)[0],
+        pad_token_id=pair.target.tokenizer.pad_token_id or min(pair.target.eos_ids),
         num_assistant_tokens=params.k if draft is not None else None,
     )
     if params.seed is not None:

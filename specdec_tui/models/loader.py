@@ -10,10 +10,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from specdec_tui.engine.cached_model import HFRunner, Runner
 from specdec_tui.engine.session import Engine
-from specdec_tui.models.fast_llama import FastLlama, supports_fast_llama
 from specdec_tui.models.attention import ROW_EXACT, supports_row_exact
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.errors import ModelError
+from specdec_tui.models.fast_llama import FastLlama, supports_fast_llama
 from specdec_tui.models.precision import PRECISIONS, PackProgress, apply_precision
 from specdec_tui.models.presets import PRESETS
 from specdec_tui.models.progress import Progress, ProgressFn, no_progress
@@ -146,7 +146,7 @@ def _load_weights(source: str, name: str) -> tuple[PreTrainedTokenizerBase, PreT
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    except Exception as exc:  # noqa: BLE001 - loaders raise many kinds for a bad file; all mean "cannot load"
+    except Exception as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load {name}: {reason}") from exc
     return tokenizer, model

@@ -37,7 +37,7 @@ def parse_theme(path: Path) -> Theme:
         raise ValueError(f"theme {path.name} lacks {', '.join(missing)}")
     unknown = set(data) - {*COLOR_FIELDS, "name", "dark", "variables"}
     if unknown:
-        raise ValueError(f"theme {path.name} has unknown key {sorted(unknown)[0]!r}")
+        raise ValueError(f"theme {path.name} has unknown key {min(unknown)!r}")
     variables = data.get("variables", {})
     if not isinstance(variables, dict) or not all(isinstance(v, str) for v in variables.values()):
         raise ValueError(f"theme {path.name}: [variables] must map names to colour strings")
@@ -46,7 +46,7 @@ def parse_theme(path: Path) -> Theme:
                       **{key: str(data[key]) for key in COLOR_FIELDS if key in data})
         # Parsing every colour now turns a typo into a message here rather than a crash later.
         theme.to_color_system().generate()
-    except Exception as exc:  # noqa: BLE001 - colour parsing raises several kinds
+    except Exception as exc:
         raise ValueError(f"theme {path.name} has a bad colour: {exc}") from exc
     return theme
 

@@ -11,7 +11,6 @@ from textual.widgets import Static
 
 from specdec_tui.tui.widgets.message_view import MessageView
 
-
 WELCOME = """Type a message and press Enter.
 
 The reply is written by the target model, sped up by the draft: the side panel shows, live, how many drafted tokens the target accepts and what each step costs.

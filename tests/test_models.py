@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import save_tiny, tiny_tokenizer
+from tiny import save_tiny, save_tiny_gguf, tiny_tokenizer
 
 from specdec_tui.engine.cached_model import HFRunner
 from specdec_tui.models import provision
@@ -325,6 +325,29 @@ def test_a_model_folder_loads_ready_for_decoding(tmp_path: Path):
     gpt2 = load_model(str(save_tiny(tmp_path / "g", "gpt2")), precision="int8", device=CPU, cache=ModelCache(tmp_path))
     assert isinstance(gpt2.runner, HFRunner)
     assert gpt2.model.config._attn_implementation == "specdec_row_exact"
+
+
+def test_a_gguf_file_is_converted_once_into_the_cache_and_loads_with_the_same_weights(tmp_path: Path):
+    original = save_tiny_gguf(tmp_path / "tiny.gguf")
+    cache = ModelCache(tmp_path / "cache")
+    stages: list[str] = []
+    loaded = load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache,
+                        progress=lambda event: stages.append(event.stage))
+    assert "convert" in stages
+    key = parse_ref(str(tmp_path / "tiny.gguf")).cache_key
+    assert cache.entries() == [key] and cache.check(key, full=True) is None
+    ids = [5, 17, 42, 99]
+    with torch.no_grad():
+        expected = original(torch.tensor([ids])).logits[0, -1]
+    assert torch.allclose(loaded.runner.forward(ids, 1)[0], expected, atol=1e-4)
+    assert loaded.tokenizer.decode(loaded.tokenizer.encode("def add(a, b):")) == "def add(a, b):"
+    assert loaded.eos_ids == frozenset({tiny_tokenizer().eos_token_id})
+    assert loaded.tokenizer.chat_template is not None
+
+    stages.clear()
+    load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache,
+               progress=lambda event: stages.append(event.stage))
+    assert "convert" not in stages  # the second load reads the cache
 
 
 def test_an_unknown_precision_is_refused(tmp_path: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from functools import cache
 from pathlib import Path
 
@@ -138,6 +139,52 @@ def save_tiny(folder: Path, arch: str = "qwen2", seed: int = 0, tokenizer: PreTr
     tiny_model(arch, seed).save_pretrained(folder)
     (tokenizer or tiny_tokenizer()).save_pretrained(folder)
     return folder
+
+
+def save_tiny_gguf(path: Path, seed: int = 0) -> PreTrainedModel:
+    """Write a tiny Qwen2 model and the tiny tokenizer as one fp32 GGUF file, as llama.cpp lays it out."""
+    import gguf
+
+    model, tokenizer = tiny_model("qwen2", seed), tiny_tokenizer()
+    config = model.config
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_name("tiny-qwen2")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    bpe = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    tokens = sorted(bpe["vocab"], key=bpe["vocab"].get)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in SPECIALS else 1 for t in tokens])  # 3: control, 1: normal
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in bpe["merges"]])
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    names = {"embed_tokens": "token_embd", "norm": "output_norm", "input_layernorm": "attn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for name, tensor in model.state_dict().items():
+        parts = name.removeprefix("model.").split(".")
+        if name == "lm_head.weight":
+            gguf_name = "output.weight"
+        elif parts[0] == "layers":
+            gguf_name = f"blk.{parts[1]}.{names['.'.join(parts[2:-1])]}.{parts[-1]}"
+        else:
+            gguf_name = f"{names['.'.join(parts[:-1])]}.{parts[-1]}"
+        writer.add_tensor(gguf_name, tensor.float().numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model
 
 
 def prompt(text: str = "def add(a, b):") -> list[int]:

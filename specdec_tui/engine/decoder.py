@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 
 import torch
@@ -128,9 +128,7 @@ class SpeculativeDecoder:
                 finish = "cancelled"
                 break
             k = min(params.k, room - 1) if drafter is not None else 0
-            draft, verdict, record = self.step(context, drafter, k, params, sampler)
-            emitted, hit_eos = cut_at_eos([*draft.tokens[: verdict.accepted], verdict.next_token][:room], self.eos_ids)
-            record = replace(record, accepted=min(verdict.accepted, len(emitted)), emitted=len(emitted))
+            draft, emitted, hit_eos, record = self.step(context, drafter, k, room, params, sampler)
             context.extend(emitted)
             records.append(record)
             if drafter is not None:
@@ -158,19 +156,25 @@ class SpeculativeDecoder:
         yield FinishedEvent(summary, generated_ids, self.tokenizer.decode(generated_ids, skip_special_tokens=True))
 
     def step(
-        self, context: list[int], drafter: Drafter | None, k: int, params: DecodeParams, sampler: Sampler
-    ) -> tuple[Draft, Verdict, StepRecord]:
-        """One round: draft up to ``k`` tokens, score them with one target pass, judge them."""
+        self, context: list[int], drafter: Drafter | None, k: int, room: int, params: DecodeParams, sampler: Sampler
+    ) -> tuple[Draft, list[int], bool, StepRecord]:
+        """One round: draft up to ``k`` tokens, score them with one target pass, judge them.
+
+        Returns the draft, the tokens to emit (at most ``room``, cut after an EOS), whether an EOS
+        was among them, and the step's record.
+        """
         started = time.perf_counter()
         draft = drafter.propose(context, k, sampler) if drafter is not None and k > 0 else Draft([])
         drafted = time.perf_counter()
         logits = self.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1)
         verdict = verify_block(draft, logits, params, sampler)
+        verified = time.perf_counter()
+        emitted, hit_eos = cut_at_eos([*draft.tokens[: verdict.accepted], verdict.next_token][:room], self.eos_ids)
         record = StepRecord(
             drafted=len(draft.tokens),
-            accepted=verdict.accepted,
-            emitted=verdict.accepted + 1,
+            accepted=min(verdict.accepted, len(emitted)),
+            emitted=len(emitted),
             draft_s=drafted - started,
-            verify_s=time.perf_counter() - drafted,
+            verify_s=verified - drafted,
         )
-        return draft, verdict, record
+        return draft, emitted, hit_eos, record

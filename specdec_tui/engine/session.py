@@ -35,13 +35,15 @@ class Engine:
         self.target = CachedModel(target)
         self.draft = CachedModel(draft) if draft is not None else None
         self.decoder = SpeculativeDecoder(self.target, tokenizer, eos_ids, max_context)
-        self.lookup = PromptLookupDrafter(policy=DraftPolicy() if adaptive else None)
+
+        def policy() -> DraftPolicy | None:
+            return DraftPolicy() if adaptive else None
+
+        self.lookup = PromptLookupDrafter(policy=policy())
         # Next to a model draft, a copied continuation must match a longer n-gram to be trusted.
-        self.strict_lookup = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy() if adaptive else None)
+        self.strict_lookup = PromptLookupDrafter(min_ngram=3, policy=policy())
         self.model_drafter = (
-            ModelDrafter(self.draft, vocab_size, min_confidence, DraftPolicy() if adaptive else None)
-            if self.draft is not None
-            else None
+            ModelDrafter(self.draft, vocab_size, min_confidence, policy()) if self.draft is not None else None
         )
 
     def drafter(self, mode: str) -> Drafter | None:

@@ -146,7 +146,7 @@ def _load_weights(source: str, name: str) -> tuple[PreTrainedTokenizerBase, PreT
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    except Exception as exc:
+    except Exception as exc:  # loaders raise many kinds for a bad file; all mean "cannot load"
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load {name}: {reason}") from exc
     return tokenizer, model

@@ -46,7 +46,7 @@ def parse_theme(path: Path) -> Theme:
                       **{key: str(data[key]) for key in COLOR_FIELDS if key in data})
         # Parsing every colour now turns a typo into a message here rather than a crash later.
         theme.to_color_system().generate()
-    except Exception as exc:
+    except Exception as exc:  # colour parsing raises several kinds
         raise ValueError(f"theme {path.name} has a bad colour: {exc}") from exc
     return theme
 

@@ -11,7 +11,7 @@ import torch
 from tiny import ARCHS, perturbed, prompt, runner_for, tiny_engine, tiny_model, tiny_tokenizer
 
 from specdec_tui.engine.acceptance import greedy_verdict
-from specdec_tui.engine.cached_model import CachedModel
+from specdec_tui.engine.cached_model import CachedModel, common_prefix_length
 from specdec_tui.engine.decoder import (
     DecodeParams,
     FinishedEvent,
@@ -116,9 +116,11 @@ def test_draft_cache_follows_the_accepted_context(engine: Engine):
     finished = run(engine, "model", DecodeParams(k=4, max_new_tokens=30))
     assert engine.draft is not None
     context = [*PROMPT, *finished.token_ids]
-    # The draft cache only ever holds a prefix of the accepted context (plus at most k-1 drafts).
-    shared = engine.draft.ids[: len(context)]
-    assert context[: len(shared)] == shared
+    # The draft cache holds a prefix of the accepted context plus at most k-1 drafts of the last
+    # step, which may have been rejected; the next call crops them.
+    shared = common_prefix_length(engine.draft.ids, context)
+    assert shared >= len(PROMPT)
+    assert len(engine.draft.ids) - shared <= 3
 
 
 def test_tokens_are_labelled_by_origin_and_counted(engine: Engine):
@@ -210,7 +212,8 @@ def test_generation_stops_at_the_context_limit(engine: Engine):
 
 
 def test_tau_below_one_accepts_at_least_as_many_on_the_same_block():
-    engine = tiny_engine("qwen2", noise=0.1)
+    # Fixed K: adaptive K follows measured speed, which would make the runs below timing-dependent.
+    engine = tiny_engine("qwen2", noise=0.1, adaptive=False)
     sampler = Sampler(0.0, 1.0, torch.Generator())
     assert engine.model_drafter is not None
     more = 0
@@ -223,10 +226,12 @@ def test_tau_below_one_accepts_at_least_as_many_on_the_same_block():
         lenient = greedy_verdict(drafts, logits, 0.3).accepted
         assert lenient >= strict
         more += lenient > strict
+    assert more > 0
+    # Over a whole reply the contexts diverge once a lenient step accepts more, so only the
+    # per-block comparison above is a theorem; the reply-level one is checked on a fixed input.
     run_strict = run(engine, "model", DecodeParams(k=6, tau=1.0, max_new_tokens=40)).summary
     run_lenient = run(engine, "model", DecodeParams(k=6, tau=0.3, max_new_tokens=40)).summary
-    assert run_lenient.acceptance_rate >= run_strict.acceptance_rate
-    assert more > 0 or run_lenient.acceptance_rate > run_strict.acceptance_rate
+    assert run_lenient.accepted >= run_strict.accepted
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
@@ -266,8 +271,9 @@ def test_draft_and_target_logits_of_different_widths(extra_draft: int, extra_tar
 
 
 def test_draft_min_confidence_shortens_drafts():
-    eager = run(tiny_engine("qwen2", noise=0.1), "model", DecodeParams(k=8, max_new_tokens=40)).summary
-    cautious_engine = tiny_engine("qwen2", noise=0.1, min_confidence=0.9)
+    eager_engine = tiny_engine("qwen2", noise=0.1, adaptive=False)
+    eager = run(eager_engine, "model", DecodeParams(k=8, max_new_tokens=40)).summary
+    cautious_engine = tiny_engine("qwen2", noise=0.1, min_confidence=0.9, adaptive=False)
     cautious = run(cautious_engine, "model", DecodeParams(k=8, max_new_tokens=40)).summary
     assert cautious.drafted / cautious.steps < eager.drafted / eager.steps
 

@@ -331,3 +331,13 @@ def test_a_trimmed_draft_head_only_proposes_kept_ids_and_stays_lossless():
                     max_context=256, vocab_size=target.config.vocab_size)
     reference = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
     assert run(engine, "model", DecodeParams(k=4, max_new_tokens=40)).token_ids == reference
+
+
+def test_every_mode_teaches_one_verify_cost_table_that_all_drafters_read():
+    engine = tiny_engine("qwen2", eos_ids=frozenset())
+    run(engine, "target", DecodeParams(max_new_tokens=8))
+    assert set(engine.decoder.verify_cost.measured) == {1}  # plain steps: one row each
+    run(engine, "model", DecodeParams(k=3, max_new_tokens=8))
+    assert max(engine.decoder.verify_cost.measured) > 1
+    policies = [d.policy for d in (engine.lookup, engine.strict_lookup, engine.model_drafter) if d is not None]
+    assert len(policies) == 3 and all(p is not None and p.verify_cost is engine.decoder.verify_cost for p in policies)

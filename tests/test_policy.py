@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from specdec_tui.engine.drafters import Draft, HybridDrafter, PromptLookupDrafter, Sampler
 from specdec_tui.engine.metrics import StepRecord
-from specdec_tui.engine.policy import DraftPolicy, best_k, expected_tokens
+from specdec_tui.engine.policy import DraftPolicy, VerifyCost, best_k, expected_tokens
 
 
 @given(st.floats(0.0, 0.999), st.integers(0, 16))
@@ -49,39 +49,47 @@ def step(drafted: int, accepted: int, draft_s: float = 0.04, verify_s: float = 0
     return StepRecord(drafted=drafted, accepted=accepted, emitted=accepted + 1, draft_s=draft_s, verify_s=verify_s)
 
 
+def taught(policy: DraftPolicy, record: StepRecord) -> None:
+    """What the decoder does after a step that verified ``policy``'s draft."""
+    policy.verify_cost.observe(record)
+    policy.observe(record)
+
+
 def test_the_policy_backs_off_when_drafts_keep_being_rejected_and_probes_again():
-    policy = DraftPolicy(probe_every=4)
+    policy = DraftPolicy(VerifyCost(), probe_every=4)
     for _ in range(10):
-        policy.observe(step(4, 0, draft_s=0.2), own_draft=True)
-        policy.observe(step(0, 0, verify_s=0.1), own_draft=False)
+        taught(policy, step(4, 0, draft_s=0.2))
+        policy.verify_cost.observe(step(0, 0, verify_s=0.1))  # a plain target step
     choices = [policy.choose(4) for _ in range(8)]
     assert choices.count(0) >= 6 and 1 in choices  # mostly target-only, with a one-token probe
 
 
 def test_the_policy_drafts_deep_when_drafts_are_cheap_and_kept():
-    policy = DraftPolicy()
+    policy = DraftPolicy(VerifyCost())
     for rows in (1, 5):
-        policy.observe(step(rows - 1, rows - 1, draft_s=0.01 * (rows - 1), verify_s=0.1 + 0.005 * rows),
-                       own_draft=True)
+        taught(policy, step(rows - 1, rows - 1, draft_s=0.01 * (rows - 1), verify_s=0.1 + 0.005 * rows))
     for _ in range(10):
-        policy.observe(step(4, 4, draft_s=0.04), own_draft=True)
+        taught(policy, step(4, 4, draft_s=0.04))
     assert policy.alpha > 0.9
     assert policy.choose(6) == 6
 
 
-def test_steps_of_another_drafter_teach_verify_costs_but_not_draft_acceptance():
-    policy = DraftPolicy()
-    before = policy.alpha
-    policy.observe(step(6, 0, verify_s=0.3), own_draft=False)
-    assert policy.alpha == before
-    assert policy.verify_cost(7) == pytest.approx(0.3)
-    assert policy.verify_cost(9) > policy.verify_cost(7)  # extrapolated with the prior slope
+def test_verify_costs_are_measured_per_row_count_and_extrapolated_between():
+    cost = VerifyCost()
+    assert cost(5) == 1.0  # nothing measured: drafting looks free next to it, so the first step drafts
+    cost.observe(step(6, 0, verify_s=0.3))
+    assert cost(7) == pytest.approx(0.3)
+    assert cost(9) == pytest.approx(0.3 + 2 * 0.03)  # one measurement: the prior slope, 10% a row
+    cost.observe(step(0, 0, verify_s=0.12))
+    assert cost(4) == pytest.approx(0.12 + 3 * (0.3 - 0.12) / 6)  # on the line through both
+    cost.observe(step(6, 0, verify_s=0.4))
+    assert 0.3 < cost(7) < 0.4  # repeated measurements are averaged, recent ones weigh more
 
 
 def test_a_draft_that_read_a_whole_prompt_does_not_inflate_the_draft_cost():
-    policy = DraftPolicy()
-    policy.observe(step(4, 4, draft_s=0.04), own_draft=True)
-    policy.observe(step(4, 4, draft_s=3.0), own_draft=True, cost_is_typical=False)  # prompt prefill
+    policy = DraftPolicy(VerifyCost())
+    policy.observe(step(4, 4, draft_s=0.04))
+    policy.observe(step(4, 4, draft_s=3.0), cost_is_typical=False)  # prompt prefill
     assert policy.draft_cost == pytest.approx(0.01)
     assert policy.alpha > 0.7  # acceptance still learnt from that step
 
@@ -90,26 +98,41 @@ GREEDY = Sampler(0.0, 1.0, torch.Generator().manual_seed(0))
 REPEATING = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]  # the last 3-gram occurred before: a copy is found
 
 
-def teach_rejected_copies(drafter: PromptLookupDrafter | HybridDrafter) -> None:
+def teach_rejected_copies(drafter: PromptLookupDrafter | HybridDrafter, cost: VerifyCost) -> None:
     """13 steps whose copied drafts were all rejected, with verify costs rising per row."""
-    for rows in (1, 2, 5):
-        drafter.observe(step(rows - 1, 0, draft_s=0.0, verify_s=0.08 + 0.02 * rows), "prompt-lookup")
-    for _ in range(10):
-        drafter.observe(step(4, 0, draft_s=0.0001, verify_s=0.18), "prompt-lookup")
+    records = [step(rows - 1, 0, draft_s=0.0, verify_s=0.08 + 0.02 * rows) for rows in (1, 2, 5)]
+    records += [step(4, 0, draft_s=0.0001, verify_s=0.18)] * 10
+    for record in records:
+        cost.observe(record)
+        drafter.observe(record, "prompt-lookup")
 
 
 def test_a_lookup_whose_copies_keep_failing_stops_copying():
-    drafter = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy())
+    cost = VerifyCost()
+    drafter = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy(cost))
     assert drafter.propose(REPEATING, 4, GREEDY).tokens == [8, 9, 10, 11]
-    teach_rejected_copies(drafter)
+    teach_rejected_copies(drafter, cost)
     assert drafter.propose(REPEATING, 4, GREEDY).tokens == []
 
 
 def test_a_lookup_whose_copies_are_kept_copies_the_most():
-    drafter = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy())
+    cost = VerifyCost()
+    drafter = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy(cost))
     for _ in range(10):
-        drafter.observe(step(4, 4, draft_s=0.0001, verify_s=0.12), "prompt-lookup")
+        record = step(4, 4, draft_s=0.0001, verify_s=0.12)
+        cost.observe(record)
+        drafter.observe(record, "prompt-lookup")
     assert drafter.propose(REPEATING, 4, GREEDY).tokens == [8, 9, 10, 11]
+
+
+def test_a_drafter_learns_acceptance_only_from_its_own_drafts():
+    drafter = PromptLookupDrafter(policy=DraftPolicy(VerifyCost()))
+    assert drafter.policy is not None
+    before = drafter.policy.alpha
+    drafter.observe(step(4, 0), "model")
+    assert drafter.policy.alpha == before
+    drafter.observe(step(4, 0), "prompt-lookup")
+    assert drafter.policy.alpha < before
 
 
 class FixedDrafter:
@@ -126,9 +149,9 @@ class FixedDrafter:
 
 
 def test_a_hybrid_hands_over_to_the_model_when_its_copies_fail():
-    lookup, model = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy()), FixedDrafter()
+    cost = VerifyCost()
+    lookup, model = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy(cost)), FixedDrafter()
     hybrid = HybridDrafter(lookup, model)  # type: ignore[arg-type]
     assert hybrid.propose(REPEATING, 4, GREEDY).source == "prompt-lookup"
-    teach_rejected_copies(hybrid)
+    teach_rejected_copies(hybrid, cost)
     assert hybrid.propose(REPEATING, 4, GREEDY).source == "model"
-    assert model.observed.count("prompt-lookup") == 13  # the model's policy still learns verify costs

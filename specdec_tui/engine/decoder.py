@@ -22,6 +22,7 @@ from specdec_tui.engine.cached_model import CachedModel
 from specdec_tui.engine.detokenizer import IncrementalDetokenizer
 from specdec_tui.engine.drafters import Draft, Drafter, Sampler
 from specdec_tui.engine.metrics import RunSummary, StepRecord, summarize
+from specdec_tui.engine.policy import VerifyCost
 
 
 class PromptTooLongError(ValueError):
@@ -94,6 +95,8 @@ class SpeculativeDecoder:
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
         self.max_context = max_context
+        #: What target passes cost by row count, from every step of every reply.
+        self.verify_cost = VerifyCost()
 
     def generate(
         self,
@@ -131,6 +134,7 @@ class SpeculativeDecoder:
             draft, emitted, hit_eos, record = self.step(context, drafter, k, room, params, sampler)
             context.extend(emitted)
             records.append(record)
+            self.verify_cost.observe(record)
             if drafter is not None:
                 drafter.observe(record, draft.source)
             ttft = ttft if ttft is not None else time.perf_counter() - start

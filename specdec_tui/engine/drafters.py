@@ -95,9 +95,9 @@ class ModelDrafter:
         return torch.cat([logits, logits.new_full((self.vocab_size - width,), float("-inf"))])
 
     def observe(self, record: StepRecord, source: str) -> None:
-        if self.policy is not None:
+        if self.policy is not None and source == self.name:
             # A draft that first had to read a prompt says nothing about what drafting costs.
-            self.policy.observe(record, own_draft=source == self.name, cost_is_typical=self.caught_up <= 2)
+            self.policy.observe(record, cost_is_typical=self.caught_up <= 2)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
         if self.policy is not None:
@@ -152,8 +152,8 @@ class PromptLookupDrafter:
         self.policy = policy
 
     def observe(self, record: StepRecord, source: str) -> None:
-        if self.policy is not None:
-            self.policy.observe(record, own_draft=source == self.name)
+        if self.policy is not None and source == self.name:
+            self.policy.observe(record)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
         if self.policy is not None:

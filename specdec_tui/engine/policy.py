@@ -4,7 +4,8 @@ A step drafts k tokens (each costing ``draft_cost``) and verifies k + 1 position
 If each draft is accepted with probability alpha, in order, the step emits
 E(k) = (1 - alpha^(k+1)) / (1 - alpha) tokens. The policy picks argmax_k E(k) / (k c + v(k+1)),
 so a poor draft backs off to k = 0 (a plain target step) and a good one drafts deep. All three
-quantities are estimated online from the steps just taken.
+quantities are estimated online from the steps just taken; the verify costs are shared by
+all drafters (see ``VerifyCost``).
 """
 
 from __future__ import annotations
@@ -26,34 +27,28 @@ def best_k(alpha: float, draft_cost: float, verify_cost: Callable[[int], float],
     return max(range(k_max + 1), key=lambda k: expected_tokens(alpha, k) / (k * draft_cost + verify_cost(k + 1)))
 
 
-class DraftPolicy:
-    """Online estimates of acceptance and costs, and the K they imply.
+def _ema(old: float | None, new: float, weight: float = 0.3) -> float:
+    return new if old is None else (1 - weight) * old + weight * new
 
-    Acceptance is estimated from decayed counts of kept drafts and of rejections (each step ends
-    at its first rejection, so kept / (kept + rejections) is the per-token rate). When the policy
-    stops drafting it probes with one token every ``probe_every`` steps, so it can notice the
-    draft getting better again.
+
+class VerifyCost:
+    """Seconds one target pass over a number of rows takes, learnt from every step of every mode.
+
+    The cost belongs to the target, not to a drafter, so all drafters' policies read one table.
     """
 
-    def __init__(self, decay: float = 0.9, prior_alpha: float = 0.7, prior_weight: float = 2.0,
-                 probe_every: int = 6) -> None:
-        self.decay = decay
-        self.kept = prior_alpha * prior_weight
-        self.rejected = (1.0 - prior_alpha) * prior_weight
-        self.draft_cost: float | None = None
-        self.verify: dict[int, float] = {}
-        self.probe_every = probe_every
-        self.idle_steps = 0
+    def __init__(self) -> None:
+        self.measured: dict[int, float] = {}
 
-    @property
-    def alpha(self) -> float:
-        return self.kept / (self.kept + self.rejected)
+    def observe(self, record: StepRecord) -> None:
+        rows = record.drafted + 1
+        self.measured[rows] = _ema(self.measured.get(rows), record.verify_s)
 
-    def verify_cost(self, rows: int) -> float:
-        """Seconds to verify ``rows`` positions: measured, else a line through what was measured."""
-        if rows in self.verify:
-            return self.verify[rows]
-        known = sorted(self.verify.items())
+    def __call__(self, rows: int) -> float:
+        """Measured for ``rows``, else on a line through the measurements."""
+        if rows in self.measured:
+            return self.measured[rows]
+        known = sorted(self.measured.items())
         if not known:
             return 1.0
         if len(known) == 1:
@@ -62,6 +57,30 @@ class DraftPolicy:
             (m0, t0), (m, t) = known[0], known[-1]
             slope = max((t - t0) / (m - m0), 0.0)
         return max(t + slope * (rows - m), 1e-6)
+
+
+class DraftPolicy:
+    """One drafter's online estimates of acceptance and draft cost, and the K they imply.
+
+    Acceptance is estimated from decayed counts of kept drafts and of rejections (each step ends
+    at its first rejection, so kept / (kept + rejections) is the per-token rate). When the policy
+    stops drafting it probes with one token every ``probe_every`` steps, so it can notice the
+    draft getting better again.
+    """
+
+    def __init__(self, verify_cost: VerifyCost, decay: float = 0.9, prior_alpha: float = 0.7,
+                 prior_weight: float = 2.0, probe_every: int = 6) -> None:
+        self.verify_cost = verify_cost
+        self.decay = decay
+        self.kept = prior_alpha * prior_weight
+        self.rejected = (1.0 - prior_alpha) * prior_weight
+        self.draft_cost: float | None = None
+        self.probe_every = probe_every
+        self.idle_steps = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.kept / (self.kept + self.rejected)
 
     def choose(self, k_max: int) -> int:
         if self.draft_cost is None:
@@ -76,20 +95,14 @@ class DraftPolicy:
             self.idle_steps = 0
         return k
 
-    @staticmethod
-    def _ema(old: float | None, new: float, weight: float = 0.3) -> float:
-        return new if old is None else (1 - weight) * old + weight * new
-
-    def observe(self, record: StepRecord, own_draft: bool, cost_is_typical: bool = True) -> None:
-        """Learn from one step; acceptance and draft cost only from steps that verified this drafter's draft.
+    def observe(self, record: StepRecord, cost_is_typical: bool = True) -> None:
+        """Learn from a step that verified this policy's drafter's draft.
 
         ``cost_is_typical`` is False when the draft time includes reading a prompt.
         """
-        rows = record.drafted + 1
-        self.verify[rows] = self._ema(self.verify.get(rows), record.verify_s)
-        if not own_draft or record.drafted == 0:
+        if record.drafted == 0:
             return
         self.kept = self.decay * self.kept + record.accepted
         self.rejected = self.decay * self.rejected + (record.accepted < record.drafted)
         if cost_is_typical:
-            self.draft_cost = self._ema(self.draft_cost, record.draft_s / record.drafted)
+            self.draft_cost = _ema(self.draft_cost, record.draft_s / record.drafted)

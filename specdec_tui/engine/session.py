@@ -37,7 +37,7 @@ class Engine:
         self.decoder = SpeculativeDecoder(self.target, tokenizer, eos_ids, max_context)
 
         def policy() -> DraftPolicy | None:
-            return DraftPolicy() if adaptive else None
+            return DraftPolicy(self.decoder.verify_cost) if adaptive else None
 
         self.lookup = PromptLookupDrafter(policy=policy())
         # Next to a model draft, a copied continuation must match a longer n-gram to be trusted.

@@ -297,32 +297,44 @@ def test_draft_min_confidence_shortens_drafts():
     assert cautious.drafted / cautious.steps < eager.drafted / eager.steps
 
 
-def test_sampled_speculation_matches_target_sampling_statistically():
-    """tau = 1, temperature 0.8: the first two tokens follow the target's own law.
+def exact_sequence_law(scorer: CachedModel, context: list[int], vocab: int, length: int,
+                       temperature: float) -> torch.Tensor:
+    """P(next ``length`` tokens) under target sampling, as a tensor of shape (vocab,) * length."""
+    step = torch.softmax(scorer.logits_for(context, 1)[0] / temperature, -1)
+    if length == 1:
+        return step
+    return torch.stack([step[a] * exact_sequence_law(scorer, [*context, a], vocab, length - 1, temperature)
+                        for a in range(vocab)])
 
-    Vocabulary of 8, 1500 seeded replies of 2 tokens. With room for two tokens the first step
-    drafts one: either it is kept and a bonus token follows, or a correction is emitted and a
-    target step follows, so every part of the rule takes part. The exact law of the pair comes
-    from the target's logits. Tolerance: the total variation between the observed and exact laws
-    must stay under 1.5 times the total variation an exact sampler shows on average at this
-    count, 0.5 * sum(sqrt(2 p (1 - p) / (pi n))).
+
+@pytest.mark.parametrize("vocab, length, runs, temperature, context",
+                         [(8, 2, 1500, 0.8, [1, 5, 3]), (4, 3, 3000, 1.5, [1, 3, 2])])
+def test_sampled_speculation_matches_target_sampling_statistically(
+    vocab: int, length: int, runs: int, temperature: float, context: list[int]
+):
+    """tau = 1: the first ``length`` tokens follow the target's own law.
+
+    Seeded replies of ``length`` tokens at K = 2. With room for two tokens the first step drafts
+    one: it is kept and a bonus token follows, or a correction is emitted and a target step
+    follows. With room for three it drafts two, so acceptance at the second position and the bonus
+    after two kept drafts take part too. The exact law of the sequence comes from the target's
+    logits. Tolerance: the total variation between the observed and exact laws must stay under
+    1.5 times the total variation an exact sampler shows on average at this count,
+    0.5 * sum(sqrt(2 p (1 - p) / (pi n))).
     """
-    vocab, temperature = 8, 0.8
     target = tiny_model("llama", vocab_size=vocab, layers=1)
     draft = perturbed(target, 0.6, seed=5)  # a draft that disagrees often
     engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=runner_for(draft, "fp32"),
                     eos_ids=frozenset(), max_context=256, vocab_size=vocab, adaptive=False)
-    context = [1, 5, 3]
-    scorer = CachedModel(runner_for(target, "fp32"))
-    first = torch.softmax(scorer.logits_for(context, 1)[0] / temperature, -1)
-    exact = torch.stack([first[a] * torch.softmax(scorer.logits_for([*context, a], 1)[0] / temperature, -1)
-                         for a in range(vocab)])
-    counts = torch.zeros(vocab, vocab)
-    runs = 1500
+    exact = exact_sequence_law(CachedModel(runner_for(target, "fp32")), context, vocab, length, temperature)
+    counts = torch.zeros_like(exact)
+    longest = 0
     for seed in range(runs):
-        tokens = run(engine, "model", DecodeParams(k=2, temperature=temperature, max_new_tokens=2, seed=seed),
-                     prompt_ids=context).token_ids
-        counts[tokens[0], tokens[1]] += 1
+        params = DecodeParams(k=2, temperature=temperature, max_new_tokens=length, seed=seed)
+        events = list(engine.generate(context, params, "model"))
+        counts[events[-1].token_ids] += 1
+        longest = max(longest, *(e.record.drafted for e in events if isinstance(e, StepEvent)))
+    assert longest == length - 1
     total_variation = 0.5 * (counts / runs - exact).abs().sum()
     expected_noise = 0.5 * torch.sqrt(2 * exact * (1 - exact) / (math.pi * runs)).sum()
     assert total_variation < 1.5 * expected_noise

@@ -36,6 +36,13 @@ PackProgress = Callable[[int, int], None]
 #: Extra activation columns holding -1 and +1 that fix the int8 kernel's range (see the module doc).
 ANCHOR_COLUMNS = 2
 
+# The quantized front end announces its deprecation on every packing; this module is the one place
+# that uses it, and knows. A process-wide filter, because packing runs in threads and
+# ``warnings.catch_warnings`` is not thread-safe.
+warnings.filterwarnings(
+    "ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel", category=UserWarning
+)
+
 
 def _ops_available() -> bool:
     return hasattr(torch.ops.quantized, "linear_prepack_fp16") and hasattr(
@@ -85,9 +92,7 @@ def _packed_int8(linear: nn.Linear, with_bias: bool, anchor_columns: int = 0) ->
         weight = torch.cat([weight, weight.new_zeros(weight.shape[0], anchor_columns)], dim=1)
     scales = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
     zero_points = torch.zeros(weight.shape[0], dtype=torch.long)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
+    qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
     bias = linear.bias.detach().float() if with_bias and linear.bias is not None else None
     return torch.ops.quantized.linear_prepack(qweight, bias)
 

@@ -98,13 +98,17 @@ GREEDY = Sampler(0.0, 1.0, torch.Generator().manual_seed(0))
 REPEATING = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]  # the last 3-gram occurred before: a copy is found
 
 
-def teach_rejected_copies(drafter: PromptLookupDrafter | HybridDrafter, cost: VerifyCost) -> None:
-    """13 steps whose copied drafts were all rejected, with verify costs rising per row."""
-    records = [step(rows - 1, 0, draft_s=0.0, verify_s=0.08 + 0.02 * rows) for rows in (1, 2, 5)]
-    records += [step(4, 0, draft_s=0.0001, verify_s=0.18)] * 10
+def teach_copies(drafter: PromptLookupDrafter | HybridDrafter, cost: VerifyCost, records: list[StepRecord]) -> None:
+    """What the decoder does after steps that verified copied drafts."""
     for record in records:
         cost.observe(record)
         drafter.observe(record, "prompt-lookup")
+
+
+def teach_rejected_copies(drafter: PromptLookupDrafter | HybridDrafter, cost: VerifyCost) -> None:
+    """13 steps whose copied drafts were all rejected, with verify costs rising per row."""
+    records = [step(rows - 1, 0, draft_s=0.0, verify_s=0.08 + 0.02 * rows) for rows in (1, 2, 5)]
+    teach_copies(drafter, cost, [*records, *[step(4, 0, draft_s=0.0001, verify_s=0.18)] * 10])
 
 
 def test_a_lookup_whose_copies_keep_failing_stops_copying():
@@ -118,10 +122,7 @@ def test_a_lookup_whose_copies_keep_failing_stops_copying():
 def test_a_lookup_whose_copies_are_kept_copies_the_most():
     cost = VerifyCost()
     drafter = PromptLookupDrafter(min_ngram=3, policy=DraftPolicy(cost))
-    for _ in range(10):
-        record = step(4, 4, draft_s=0.0001, verify_s=0.12)
-        cost.observe(record)
-        drafter.observe(record, "prompt-lookup")
+    teach_copies(drafter, cost, [step(4, 4, draft_s=0.0001, verify_s=0.12)] * 10)
     assert drafter.propose(REPEATING, 4, GREEDY).tokens == [8, 9, 10, 11]
 
 
@@ -138,14 +139,11 @@ def test_a_drafter_learns_acceptance_only_from_its_own_drafts():
 class FixedDrafter:
     name = "model"
 
-    def __init__(self) -> None:
-        self.observed: list[str] = []
-
     def propose(self, context, k, sampler):  # type: ignore[no-untyped-def]
         return Draft([1] * k, source=self.name)
 
     def observe(self, record: StepRecord, source: str) -> None:
-        self.observed.append(source)
+        pass
 
 
 def test_a_hybrid_hands_over_to_the_model_when_its_copies_fail():

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import save_tiny, save_tiny_gguf, tiny_tokenizer
+from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
 
 from specdec_tui.engine.cached_model import HFRunner
 from specdec_tui.models import provision
 from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
 from specdec_tui.models.errors import ModelError
-from specdec_tui.models.fast_llama import FastLlama
+from specdec_tui.models.fast_llama import FastLlama, LayerStack
 from specdec_tui.models.loader import check_same_tokenizer, load_model, load_pair, resolve_device
 from specdec_tui.models.precision import DynamicInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.presets import PRESETS, Preset
@@ -327,6 +327,20 @@ def test_a_model_folder_loads_ready_for_decoding(tmp_path: Path):
     assert gpt2.model.config._attn_implementation == "specdec_row_exact"
 
 
+@pytest.mark.parametrize("arch, precision, exact",
+                         [("qwen2", "int8", True), ("qwen2", "int8", False), ("llama", "fp16", True), ("llama", "fp32", True)])
+def test_the_fast_runner_layers_run_as_torchscript_with_the_numbers_of_eager_layers(arch: str, precision: str,
+                                                                                     exact: bool):
+    runner = FastLlama(tiny_model(arch), precision, exact)
+    assert isinstance(runner.stack, torch.jit.ScriptModule)
+    ids = [5, 17, 42, 99, 3, 250]
+    scripted = torch.cat([runner.forward(ids[:4], 4), runner.forward(ids[4:], 2)])  # a prompt, then a block
+    runner.reset()
+    runner.stack = LayerStack(runner.layers)
+    eager = torch.cat([runner.forward(ids[:4], 4), runner.forward(ids[4:], 2)])
+    assert torch.equal(scripted, eager)
+
+
 def test_a_gguf_file_is_converted_once_into_the_cache_and_loads_with_the_same_weights(tmp_path: Path):
     original = save_tiny_gguf(tmp_path / "tiny.gguf")
     cache = ModelCache(tmp_path / "cache")
@@ -383,8 +397,9 @@ def test_int8_is_exact_for_the_target_and_the_fast_kernel_for_the_draft(tmp_path
     pair = load_pair(str(save_tiny(tmp_path / "t", "qwen2")), str(save_tiny(tmp_path / "d", "qwen2", seed=3)),
                      precision="int8", draft_precision="int8", device="cpu", cache_dir=tmp_path / "c")
     assert pair.draft is not None
-    assert all(isinstance(m, RowwiseInt8Linear) for m in pair.target.runner.layers[0])
-    assert all(isinstance(m, DynamicInt8Linear) for m in pair.draft.runner.layers[0])
+    for runner, kind in ((pair.target.runner, RowwiseInt8Linear), (pair.draft.runner, DynamicInt8Linear)):
+        layer = runner.layers[0]
+        assert all(isinstance(m, kind) for m in (layer.qkv, layer.out_proj, layer.gate_up, layer.down))
     hf_draft = pair.draft.hf_model()  # the transformers copy for HF generate keeps the same kernels
     assert isinstance(hf_draft.model.layers[0].mlp.down_proj, DynamicInt8Linear)
 

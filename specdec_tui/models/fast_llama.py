@@ -9,11 +9,13 @@ what single steps compute (see ``precision`` and ``attention``).
 ``head_tokens`` keeps only the first N rows of the output head plus the special tokens, a cheaper
 head for a draft (Qwen's BPE ids are in merge order, so low ids are the frequent ones); the other
 logits come back as -inf, so the draft simply never proposes them.
+
+The layers run as one TorchScript module where that works (see ``scripting``): the same kernels
+with far less per-op overhead, which is most of what a small draft's step costs beyond reading
+its weights.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +24,7 @@ from transformers import PreTrainedModel
 
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.precision import PackProgress, pack_linears
+from specdec_tui.models.scripting import scripted
 
 SUPPORTED_TYPES = frozenset({"llama", "qwen2", "mistral"})
 
@@ -57,6 +60,71 @@ def _head_rows(head: nn.Linear, rows: torch.Tensor) -> nn.Linear:
     return subset
 
 
+class DecoderLayer(nn.Module):
+    """One pre-norm attention + SwiGLU block over new rows; their keys and values go into a cache."""
+
+    def __init__(self, linears: list[nn.Module], norms: tuple[torch.Tensor, torch.Tensor], heads: int,
+                 kv_heads: int, head_dim: int, intermediate: int, eps: float) -> None:
+        super().__init__()
+        self.qkv, self.out_proj, self.gate_up, self.down = linears
+        self.norm_in, self.norm_post = norms
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.intermediate, self.eps = intermediate, eps
+        self.max_rows = MAX_ROWS  # an attribute: TorchScript reads no globals
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, length: int) -> torch.Tensor:
+        """Causal attention of the new rows ``q`` (rows, heads, dim, already scaled) over the cache."""
+        rows = q.shape[0]
+        end = length + rows
+        groups = self.heads // self.kv_heads
+        if rows > self.max_rows:
+            mask = torch.ones(rows, end, dtype=torch.bool).tril(length)
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1).unsqueeze(0), keys[:, :end].unsqueeze(0), values[:, :end].unsqueeze(0),
+                attn_mask=mask, scale=1.0, enable_gqa=groups > 1,
+            )
+            return out[0].transpose(0, 1).reshape(rows, -1)
+        outputs: list[torch.Tensor] = []
+        for row in range(rows):
+            # The query heads sharing a key/value head attend as that head's rows: no repeat, no mask.
+            stop = length + row + 1
+            packed = q[row].view(self.kv_heads, groups, self.head_dim)
+            scores = torch.bmm(packed, keys[:, :stop].transpose(1, 2))
+            outputs.append(torch.bmm(torch.softmax(scores, dim=-1), values[:, :stop]).view(1, -1))
+        return outputs[0] if rows == 1 else torch.cat(outputs)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
+                values: torch.Tensor, length: int) -> torch.Tensor:
+        rows, width = x.shape[0], x.shape[1]
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        h = F.rms_norm(x, [width], self.norm_in, self.eps)
+        projected = self.qkv(h)
+        # Rotate queries and keys in one go: their heads sit side by side in the projection.
+        qk = projected[:, : q_width + kv_width].view(rows, self.heads + self.kv_heads, self.head_dim)
+        qk = qk * cos + qk.roll(self.head_dim // 2, dims=-1) * sin
+        v = projected[:, q_width + kv_width :].view(rows, self.kv_heads, self.head_dim)
+        keys[:, length : length + rows] = qk[:, self.heads :].transpose(0, 1)
+        values[:, length : length + rows] = v.transpose(0, 1)
+        x = x + self.out_proj(self.attend(qk[:, : self.heads] * (self.head_dim ** -0.5), keys, values, length))
+        h = F.rms_norm(x, [width], self.norm_post, self.eps)
+        gu = self.gate_up(h)
+        return x + self.down(F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :])
+
+
+class LayerStack(nn.Module):
+    """The decoder layers in order, each with its own slice of the cache."""
+
+    def __init__(self, layers: list[DecoderLayer]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: list[torch.Tensor],
+                values: list[torch.Tensor], length: int) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, keys[i], values[i], length)
+        return x
+
+
 class FastLlama:
     def __init__(
         self,
@@ -76,10 +144,7 @@ class FastLlama:
         decoder = model.model
         self.embed = decoder.embed_tokens.weight.detach().float()
         self.input_vocab = self.embed.shape[0]
-        self.norms = [(layer.input_layernorm.weight.detach().float(),
-                       layer.post_attention_layernorm.weight.detach().float()) for layer in decoder.layers]
         self.final_norm = decoder.norm.weight.detach().float()
-        self.intermediate = decoder.layers[0].mlp.gate_proj.out_features
 
         head = model.lm_head
         self.head_ids: torch.Tensor | None = None
@@ -93,8 +158,16 @@ class FastLlama:
             linears += [_fused(attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj,
                         _fused(mlp.gate_proj, mlp.up_proj), mlp.down_proj]
         packed = pack_linears([*linears, head], precision, exact, on_packed)
-        self.layers = [packed[i : i + 4] for i in range(0, len(packed) - 1, 4)]
         self.head = packed[-1]
+        self.layers = [
+            DecoderLayer(
+                packed[4 * i : 4 * i + 4],
+                (layer.input_layernorm.weight.detach().float(), layer.post_attention_layernorm.weight.detach().float()),
+                self.heads, self.kv_heads, self.head_dim, layer.mlp.gate_proj.out_features, self.eps,
+            )
+            for i, layer in enumerate(decoder.layers)
+        ]
+        self.stack = scripted(LayerStack(self.layers))
 
         theta = config.rope_parameters["rope_theta"]
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
@@ -126,28 +199,6 @@ class FastLlama:
         angles = torch.outer(positions, self.inv_freq)[:, None, :]
         return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-angles.sin(), angles.sin()], dim=-1)
 
-    def _attend(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """Causal attention of the new rows ``q`` (rows, heads, dim, already scaled) over the cache."""
-        rows = q.shape[0]
-        keys, values = self.keys[layer], self.values[layer]
-        end = self.length + rows
-        groups = self.heads // self.kv_heads
-        if rows > MAX_ROWS:
-            mask = torch.ones(rows, end, dtype=torch.bool).tril(self.length)
-            out = F.scaled_dot_product_attention(
-                q.transpose(0, 1)[None], keys[None, :, :end], values[None, :, :end],
-                attn_mask=mask, scale=1.0, enable_gqa=groups > 1,
-            )
-            return out[0].transpose(0, 1).reshape(rows, -1)
-        outputs = []
-        for row in range(rows):
-            # The query heads sharing a key/value head attend as that head's rows: no repeat, no mask.
-            stop = self.length + row + 1
-            packed = q[row].view(self.kv_heads, groups, self.head_dim)
-            scores = torch.bmm(packed, keys[:, :stop].transpose(1, 2))
-            outputs.append(torch.bmm(torch.softmax(scores, dim=-1), values[:, :stop]).view(1, -1))
-        return outputs[0] if rows == 1 else torch.cat(outputs)
-
     @torch.inference_mode()
     def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
         rows = len(ids)
@@ -155,24 +206,9 @@ class FastLlama:
             self._grow(self.length + rows)
         x = self.embed[torch.tensor(ids)]
         cos, sin = self._rotary(rows)
-        half, scale = self.head_dim // 2, 1.0 / math.sqrt(self.head_dim)
-        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        width = x.shape[-1]
-        for i, ((qkv, out_proj, gate_up, down), (norm_in, norm_post)) in enumerate(zip(self.layers, self.norms, strict=True)):
-            h = F.rms_norm(x, (width,), norm_in, self.eps)
-            projected = qkv(h)
-            # Rotate queries and keys in one go: their heads sit side by side in the projection.
-            qk = projected[:, : q_width + kv_width].view(rows, self.heads + self.kv_heads, self.head_dim)
-            qk = qk * cos + qk.roll(half, dims=-1) * sin
-            v = projected[:, q_width + kv_width :].view(rows, self.kv_heads, self.head_dim)
-            self.keys[i][:, self.length : self.length + rows] = qk[:, self.heads :].transpose(0, 1)
-            self.values[i][:, self.length : self.length + rows] = v.transpose(0, 1)
-            x = x + out_proj(self._attend(i, qk[:, : self.heads] * scale))
-            h = F.rms_norm(x, (width,), norm_post, self.eps)
-            gu = gate_up(h)
-            x = x + down(F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :])
+        x = self.stack(x, cos, sin, self.keys, self.values, self.length)
         self.length += rows
-        logits = self.head(F.rms_norm(x[-n_logits:], (width,), self.final_norm, self.eps))
+        logits = self.head(F.rms_norm(x[-n_logits:], (x.shape[-1],), self.final_norm, self.eps))
         if self.head_ids is None:
             return logits
         full = logits.new_full((n_logits, self.vocab), float("-inf"))

@@ -63,6 +63,18 @@ class Fp16Linear(nn.Module):
         return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
 
 
+def row_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` as rows scaled into [-1, 1], followed by the anchor columns; and each row's scale."""
+    flat = x.reshape(-1, x.shape[-1])
+    width = flat.shape[1]
+    row_max = flat.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
+    scaled = flat.new_empty(flat.shape[0], width + 2)  # the ANCHOR_COLUMNS (TorchScript reads no globals)
+    torch.div(flat, row_max, out=scaled[:, :width])
+    scaled[:, width] = -1.0
+    scaled[:, width + 1] = 1.0
+    return scaled, row_max
+
+
 class _RowScaledInput:
     """Row-normalized activation shared by the linears that read the same tensor (q/k/v, gate/up)."""
 
@@ -72,17 +84,10 @@ class _RowScaledInput:
         self.row_max: torch.Tensor | None = None
 
     def prepare(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x`` as rows scaled into [-1, 1], followed by the anchor columns; and each row's scale."""
-        if x is self.source:
-            return self.scaled, self.row_max  # type: ignore[return-value]
-        flat = x.reshape(-1, x.shape[-1])
-        width = flat.shape[1]
-        row_max = flat.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
-        scaled = flat.new_empty(flat.shape[0], width + ANCHOR_COLUMNS)
-        torch.div(flat, row_max, out=scaled[:, :width])
-        scaled[:, width], scaled[:, width + 1] = -1.0, 1.0
-        self.source, self.scaled, self.row_max = x, scaled, row_max
-        return scaled, row_max
+        if x is not self.source:
+            self.source = x
+            self.scaled, self.row_max = row_scaled(x)
+        return self.scaled, self.row_max  # type: ignore[return-value]
 
 
 def _packed_int8(linear: nn.Linear, with_bias: bool, anchor_columns: int = 0) -> object:
@@ -116,20 +121,36 @@ class DynamicInt8Linear(nn.Module):
 class RowwiseInt8Linear(nn.Module):
     """int8 weights (per output channel), int8 activations scaled per row: batch-invariant."""
 
-    def __init__(self, linear: nn.Linear, shared_input: _RowScaledInput) -> None:
+    def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.packed = _packed_int8(linear, with_bias=False, anchor_columns=ANCHOR_COLUMNS)
         self.bias = None if linear.bias is None else linear.bias.detach().float()
-        self.shared_input = shared_input
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scaled, row_max = self.shared_input.prepare(x)
+        scaled, row_max = row_scaled(x)
+        return self.from_scaled(scaled, row_max, x)
+
+    def from_scaled(self, scaled: torch.Tensor, row_max: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         # reduce_range keeps activations to 7 bits, so the kernel's int16 pair sums never saturate.
         out = torch.ops.quantized.linear_dynamic(scaled, self.packed, True) * row_max
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features)
+        shape = list(x.shape[:-1])
+        shape.append(self.out_features)
+        return out.reshape(shape)
+
+
+class SharedInputRowwiseInt8Linear(RowwiseInt8Linear):
+    """A row-wise int8 linear whose siblings reading the same tensor scale it only once."""
+
+    def __init__(self, linear: nn.Linear, shared_input: _RowScaledInput) -> None:
+        super().__init__(linear)
+        self.shared_input = shared_input
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scaled, row_max = self.shared_input.prepare(x)
+        return self.from_scaled(scaled, row_max, x)
 
 
 def _as_linear(module: nn.Module) -> nn.Linear | None:
@@ -198,8 +219,10 @@ def convert_linear(
     """
     if precision == "fp16":
         return Fp16Linear(linear)
+    if precision == "int8" and not exact:
+        return DynamicInt8Linear(linear)
     if precision == "int8":
-        return RowwiseInt8Linear(linear, shared_input or _RowScaledInput()) if exact else DynamicInt8Linear(linear)
+        return SharedInputRowwiseInt8Linear(linear, shared_input) if shared_input else RowwiseInt8Linear(linear)
     return linear
 
 

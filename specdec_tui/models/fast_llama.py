@@ -176,6 +176,12 @@ class FastLlama:
         self.values: list[torch.Tensor] = []
         self.length = 0
         self._grow(256)
+        if isinstance(self.stack, torch.jit.ScriptModule):
+            # TorchScript profiles the first call and optimizes on the second (about a second for
+            # a 1.5B model): pay that while loading, not in the first reply.
+            for _ in range(2):
+                self.forward([0], 1)
+            self.reset()
 
     def _grow(self, needed: int) -> None:
         capacity = max(needed, 2 * self.capacity)

@@ -18,6 +18,7 @@ from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
 
 from specdec_tui.engine.cached_model import HFRunner
 from specdec_tui.models import provision
+from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama, LayerStack
@@ -333,12 +334,15 @@ def test_the_fast_runner_layers_run_as_torchscript_with_the_numbers_of_eager_lay
                                                                                      exact: bool):
     runner = FastLlama(tiny_model(arch), precision, exact)
     assert isinstance(runner.stack, torch.jit.ScriptModule)
-    ids = [5, 17, 42, 99, 3, 250]
-    scripted = torch.cat([runner.forward(ids[:4], 4), runner.forward(ids[4:], 2)])  # a prompt, then a block
-    runner.reset()
+    prompt, block = list(range(3, 3 + MAX_ROWS + 6)), [5, 17, 42]  # a prompt long enough for the masked kernel
+
+    def logits() -> torch.Tensor:
+        runner.reset()
+        return torch.cat([runner.forward(prompt, len(prompt)), runner.forward(block, len(block))])
+
+    scripted = logits()
     runner.stack = LayerStack(runner.layers)
-    eager = torch.cat([runner.forward(ids[:4], 4), runner.forward(ids[4:], 2)])
-    assert torch.equal(scripted, eager)
+    assert torch.equal(scripted, logits())
 
 
 def test_a_gguf_file_is_converted_once_into_the_cache_and_loads_with_the_same_weights(tmp_path: Path):

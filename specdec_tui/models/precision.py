@@ -221,8 +221,10 @@ def convert_linear(
         return Fp16Linear(linear)
     if precision == "int8" and not exact:
         return DynamicInt8Linear(linear)
+    if precision == "int8" and shared_input is not None:
+        return SharedInputRowwiseInt8Linear(linear, shared_input)
     if precision == "int8":
-        return SharedInputRowwiseInt8Linear(linear, shared_input) if shared_input else RowwiseInt8Linear(linear)
+        return RowwiseInt8Linear(linear)
     return linear
 
 

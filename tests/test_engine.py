@@ -81,7 +81,7 @@ def test_adaptive_k_keeps_greedy_output_identical(mode: str):
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
-def test_int8_target_stays_lossless(arch: str):
+def test_int8_target_stays_lossless(arch: str, int8_kernels: str):
     engine = tiny_engine(arch, precision="int8", adaptive=False)
     reference = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
     for k in (2, 5, 8):
@@ -101,7 +101,7 @@ def verify_and_stepwise_logits(arch: str, precision: str, fast: bool) -> tuple[t
 
 
 @pytest.mark.parametrize("arch, fast", ENGINES)
-def test_int8_verify_pass_logits_are_bitwise_those_of_single_steps(arch: str, fast: bool):
+def test_int8_verify_pass_logits_are_bitwise_those_of_single_steps(arch: str, fast: bool, int8_kernels: str):
     assert "int8" in BATCH_INVARIANT
     scored, stepwise = verify_and_stepwise_logits(arch, "int8", fast)
     assert torch.equal(scored, stepwise)

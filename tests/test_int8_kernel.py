@@ -1,0 +1,84 @@
+"""The package's own int8 kernel: exact integer products, batch-invariant rows, a safe fallback."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from specdec_tui.models import int8_kernel
+from specdec_tui.models.precision import PackedInt8Linear, RowwiseInt8Linear, convert_linear
+
+pytestmark = pytest.mark.skipif(not int8_kernel.available(), reason="the int8 kernel does not build here")
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """What the kernel promises, in plain integer arithmetic: 7-bit rows times 8-bit columns."""
+    scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    q_weight = torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int64)
+    peak = x.abs().amax(dim=1, keepdim=True)
+    q_x = torch.round(x * torch.where(peak > 0, 63.0 / peak, 0.0)).to(torch.int64)
+    exact = (q_x @ q_weight.t()).float()
+    out = exact * (scales * (peak / 63.0))
+    return out if bias is None else out + bias
+
+
+def linear(out_features: int, in_features: int, bias: bool, seed: int) -> nn.Linear:
+    torch.manual_seed(seed)
+    layer = nn.Linear(in_features, out_features, bias=bias)
+    layer.weight.data.normal_(0, 0.05)
+    return layer
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 12), in_features=st.integers(1, 70), out_features=st.integers(1, 40),
+       bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_kernel_computes_the_integer_products_of_the_quantized_rows(
+    rows: int, in_features: int, out_features: int, bias: bool, seed: int
+):
+    layer = linear(out_features, in_features, bias, seed)
+    x = torch.randn(rows, in_features) * 3
+    expected = reference(x, layer.weight.detach(), None if layer.bias is None else layer.bias.detach())
+    assert torch.allclose(PackedInt8Linear(layer)(x), expected, rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(2, 11), width=st.sampled_from([16, 63, 130]), seed=st.integers(0, 2**16))
+def test_a_block_of_rows_is_bit_for_bit_those_rows_one_at_a_time(rows: int, width: int, seed: int):
+    layer = PackedInt8Linear(linear(37, width, True, seed))
+    x = torch.randn(rows, width)
+    assert torch.equal(layer(x), torch.cat([layer(x[i : i + 1]) for i in range(rows)]))
+
+
+def test_a_row_of_zeros_gives_the_bias():
+    layer = linear(20, 8, True, 0)
+    assert torch.equal(PackedInt8Linear(layer)(torch.zeros(2, 8)), layer.bias.detach().expand(2, 20))
+
+
+def test_leading_dimensions_are_kept():
+    layer = PackedInt8Linear(linear(24, 32, False, 1))
+    x = torch.randn(2, 3, 32)
+    assert torch.equal(layer(x), layer(x.reshape(6, 32)).reshape(2, 3, 24))
+
+
+def test_int8_layers_use_the_kernel_for_targets_and_drafts():
+    layer = linear(16, 16, False, 2)
+    assert isinstance(convert_linear(layer, "int8", exact=True), PackedInt8Linear)
+    assert isinstance(convert_linear(layer, "int8", exact=False), PackedInt8Linear)
+
+
+def test_without_a_compiler_int8_falls_back_to_fbgemm_with_one_warning(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    monkeypatch.setattr(int8_kernel, "_state", {})
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(int8_kernel.platformdirs, "user_cache_dir", lambda app: str(tmp_path / "cache"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        converted = convert_linear(linear(16, 16, False, 3), "int8", exact=True)
+        convert_linear(linear(16, 16, False, 4), "int8", exact=True)
+    assert isinstance(converted, RowwiseInt8Linear)
+    messages = [str(w.message) for w in caught if "int8 kernel" in str(w.message)]
+    assert messages == [f"int8 kernel unavailable, using fbgemm instead: no C++ compiler ({tmp_path / 'no-such-compiler'}) on PATH"]

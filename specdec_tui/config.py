@@ -42,7 +42,7 @@ CONFIG_ENV = "SPECDEC_CONFIG"
 #: The file ``load_settings`` reads; None means SPECDEC_CONFIG or the default path.
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("specdec_config_file", default=None)
 
-PrecisionName = Literal["fp32", "fp16", "bf16", "int8"]
+PrecisionName = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 
 
 class SettingsError(ValueError):
@@ -59,7 +59,7 @@ class ModelSettings(BaseModel):
     target: str = Field(DEFAULT_TARGET, description="target model: preset, folder, .gguf file or hub id")
     draft: str = Field(DEFAULT_DRAFT, description="draft model, sharing the target's tokenizer")
     precision: PrecisionName = Field("int8", description="target weights; every choice is lossless")
-    draft_precision: PrecisionName = Field("int8", description="draft weights")
+    draft_precision: PrecisionName = Field("int4", description="draft weights")
     draft_head_tokens: int | None = Field(
         32768, ge=0, description="draft output head keeps only the first N token ids (faster drafts); 0 = all"
     )

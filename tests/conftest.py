@@ -6,13 +6,13 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import pytest
 
-from specdec_tui.models import int8_kernel
+from specdec_tui.models import quantized_kernels
 
 
 @pytest.fixture(params=["own-kernel", "fbgemm"])
 def int8_kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Runs a test with int8 on this package's kernel, then on fbgemm, the fallback without it."""
-    if request.param == "own-kernel" and not int8_kernel.available():
+    if request.param == "own-kernel" and not quantized_kernels.available():
         pytest.skip("the int8 kernel does not build here")
-    monkeypatch.setattr(int8_kernel, "_state", {"loaded": request.param == "own-kernel"})
+    monkeypatch.setattr(quantized_kernels, "_state", {"loaded": request.param == "own-kernel"})
     return request.param

@@ -96,7 +96,7 @@ def test_a_missing_named_config_file_is_an_error(tmp_path: Path):
         ("decoding", "temperature", "-1", "greater than or equal to 0"),
         ("decoding", "top_p", "0", "greater than 0"),
         ("decoding", "drafter", "oracle", "decoding.drafter .*'model', 'prompt-lookup' or 'hybrid'"),
-        ("models", "precision", "int4", "models.precision"),
+        ("models", "precision", "int3", "models.precision"),
     ],
 )
 def test_out_of_range_values_get_one_line_messages_with_their_source(group, name, value, message):

@@ -88,6 +88,15 @@ def test_int8_target_stays_lossless(arch: str, int8_kernels: str):
         assert run(engine, "model", DecodeParams(k=k, max_new_tokens=40)).token_ids == reference
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+def test_an_int4_draft_keeps_the_int8_target_lossless(arch: str):
+    engine = tiny_engine(arch, precision="int8", draft_precision="int4", adaptive=False)
+    reference = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
+    speculated = run(engine, "model", DecodeParams(k=4, max_new_tokens=40))
+    assert speculated.token_ids == reference
+    assert speculated.summary.accepted > 0  # the 4-bit draft still agrees with its target
+
+
 def cached(arch: str, precision: str, fast: bool) -> CachedModel:
     return CachedModel(runner_for(tiny_model(arch), precision, fast))
 

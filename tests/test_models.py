@@ -369,8 +369,8 @@ def test_a_gguf_file_is_converted_once_into_the_cache_and_loads_with_the_same_we
 
 
 def test_an_unknown_precision_is_refused(tmp_path: Path):
-    with pytest.raises(ModelError, match="unknown precision 'int4'"):
-        load_model(str(save_tiny(tmp_path / "m")), precision="int4", device=CPU, cache=ModelCache(tmp_path))
+    with pytest.raises(ModelError, match="unknown precision 'int3'"):
+        load_model(str(save_tiny(tmp_path / "m")), precision="int3", device=CPU, cache=ModelCache(tmp_path))
 
 
 def test_a_corrupt_weight_file_is_a_clear_error(tmp_path: Path):

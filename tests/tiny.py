@@ -107,6 +107,7 @@ def tiny_engine(
     eos_ids: frozenset[int] | None = None,
     fast: bool = True,
     adaptive: bool = True,
+    draft_precision: str | None = None,
 ) -> Engine:
     """Target and a noisy copy as draft; ``eos_ids`` = frozenset() never stops early.
 
@@ -119,7 +120,7 @@ def tiny_engine(
     return Engine(
         runner_for(target, precision, fast),
         tokenizer,
-        draft=runner_for(draft, precision, fast, exact=False),
+        draft=runner_for(draft, draft_precision or precision, fast, exact=False),
         eos_ids=eos_token_ids(target, tokenizer) if eos_ids is None else eos_ids,
         max_context=context_length(target),
         vocab_size=target.config.vocab_size,

@@ -13,7 +13,7 @@ pass over M tokens computes bit-for-bit the numbers of M single steps. That is w
 target run in int8 without breaking the lossless guarantee. ``fp16`` (fbgemm fp16 weights) is
 fast but its floating-point accumulation depends on M, like ``fp32``.
 
-Where this package's own AVX2 kernel builds (``int8_kernel``), int8 uses it instead, for targets
+Where this package's own AVX2 kernel builds (``quantized_kernels``), int8 uses it instead, for targets
 and drafts alike: the same row-wise, exact-integer scheme, but a verify block of a few rows costs
 about one row's time, where fbgemm's cost grows with every row.
 """
@@ -29,13 +29,16 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from specdec_tui.models import int8_kernel
+from specdec_tui.models import quantized_kernels
 
-Precision = Literal["fp32", "fp16", "bf16", "int8"]
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "int4")
 
 #: Precisions whose verify pass over M tokens is computed exactly as M single steps (for a target).
-BATCH_INVARIANT: frozenset[str] = frozenset({"int8"})
+BATCH_INVARIANT: frozenset[str] = frozenset({"int8", "int4"})
+
+#: Precisions that pack weights for a CPU kernel (the others are plain dtypes).
+PACKED: tuple[str, ...] = ("fp16", "int8", "int4")
 
 PackProgress = Callable[[int, int], None]
 
@@ -160,17 +163,38 @@ class SharedInputRowwiseInt8Linear(RowwiseInt8Linear):
 
 
 class PackedInt8Linear(nn.Module):
-    """int8 weights, activations quantized per row, multiplied by ``int8_kernel``: batch-invariant."""
+    """int8 weights, activations quantized per row, multiplied by ``quantized_kernels``: batch-invariant."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        self.packed, self.scales, self.column_sums = int8_kernel.pack(linear.weight)
+        self.packed, self.scales, self.column_sums = quantized_kernels.pack_int8(linear.weight)
         self.bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.ops.specdec.int8_linear(
             x.reshape(-1, x.shape[-1]), self.packed, self.scales, self.column_sums, self.bias, self.out_features
+        )
+        shape = list(x.shape[:-1])
+        shape.append(self.out_features)
+        return out.reshape(shape)
+
+
+class PackedInt4Linear(nn.Module):
+    """4-bit weights with a scale and minimum per 64 inputs, 8-bit rows (``quantized_kernels``): for drafts.
+
+    Half the bytes of int8, which is what a memory-bound draft step costs. Batch-invariant too.
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.packed, self.scales, self.minimums = quantized_kernels.pack_int4(linear.weight)
+        self.bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.ops.specdec.int4_linear(
+            x.reshape(-1, x.shape[-1]), self.packed, self.scales, self.minimums, self.bias, self.out_features
         )
         shape = list(x.shape[:-1])
         shape.append(self.out_features)
@@ -219,7 +243,7 @@ def pack_linears(
     linears: list[nn.Linear], precision: str, exact: bool, on_packed: PackProgress
 ) -> list[nn.Module]:
     """Each of ``linears`` converted to ``precision`` (each with its own int8 scaling)."""
-    if precision not in ("fp16", "int8") or not cpu_kernels_available(precision):
+    if precision not in PACKED or not cpu_kernels_available(precision):
         return list(linears)
     return _in_parallel(lambda i: convert_linear(linears[i], precision, exact), len(linears), on_packed)
 
@@ -244,8 +268,12 @@ def convert_linear(
     """
     if precision == "fp16":
         return Fp16Linear(linear)
-    if precision == "int8" and int8_kernel.available():
+    if precision == "int4" and quantized_kernels.available():
+        return PackedInt4Linear(linear)
+    if precision == "int8" and quantized_kernels.available():
         return PackedInt8Linear(linear)
+    if precision == "int4":
+        precision = "int8"  # fbgemm has no 4-bit kernel; int8 is the nearest it runs
     if precision == "int8" and not exact:
         return DynamicInt8Linear(linear)
     if precision == "int8" and shared_input is not None:
@@ -257,7 +285,7 @@ def convert_linear(
 
 def cpu_kernels_available(precision: str) -> bool:
     """Whether ``precision`` has its fast CPU kernel here; if not it runs as fp32."""
-    if precision in ("fp16", "int8") and not _ops_available():
+    if precision in PACKED and not _ops_available():
         warnings.warn(f"quantized CPU kernels are missing; running {precision} as fp32", stacklevel=2)
         return False
     return True

@@ -1,4 +1,4 @@
-"""The package's own int8 kernel: exact integer products, batch-invariant rows, a safe fallback."""
+"""The package's own int8 and int4 kernels: exact integer products, batch-invariant rows, a fallback."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from specdec_tui.models import int8_kernel
-from specdec_tui.models.precision import PackedInt8Linear, RowwiseInt8Linear, convert_linear
+from specdec_tui.models import quantized_kernels
+from specdec_tui.models.precision import (
+    DynamicInt8Linear,
+    PackedInt4Linear,
+    PackedInt8Linear,
+    RowwiseInt8Linear,
+    convert_linear,
+)
 
-pytestmark = pytest.mark.skipif(not int8_kernel.available(), reason="the int8 kernel does not build here")
+pytestmark = pytest.mark.skipif(not quantized_kernels.available(), reason="the int8 kernel does not build here")
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -24,6 +30,22 @@ def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
     q_x = torch.round(x * torch.where(peak > 0, 63.0 / peak, 0.0)).to(torch.int64)
     exact = (q_x @ q_weight.t()).float()
     out = exact * (scales * (peak / 63.0))
+    return out if bias is None else out + bias
+
+
+def int4_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """What the int4 kernel promises: 8-bit rows times 4-bit weights with a float16 scale and
+    minimum per 64 inputs, summed exactly."""
+    out_features, in_features = weight.shape
+    width = -(-in_features // 64) * 64
+    groups = torch.nn.functional.pad(weight, (0, width - in_features)).view(out_features, -1, 64)
+    minimum = groups.amin(dim=2).half().float()
+    scale = ((groups.amax(dim=2) - minimum) / 15).clamp_min(1e-8).half().float()
+    q = torch.round((groups - minimum[..., None]) / scale[..., None]).clamp(0, 15)
+    dequantized = (q * scale[..., None] + minimum[..., None]).view(out_features, width)[:, :in_features]
+    peak = x.abs().amax(dim=1, keepdim=True)
+    q_x = torch.round(x * torch.where(peak > 0, 127.0 / peak, 0.0))
+    out = (q_x.double() @ dequantized.double().t()).float() * (peak / 127.0)
     return out if bias is None else out + bias
 
 
@@ -54,6 +76,22 @@ def test_a_block_of_rows_is_bit_for_bit_those_rows_one_at_a_time(rows: int, widt
     assert torch.equal(layer(x), torch.cat([layer(x[i : i + 1]) for i in range(rows)]))
 
 
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 8), in_features=st.integers(1, 200), out_features=st.integers(1, 30),
+       bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_int4_kernel_computes_the_products_of_the_dequantized_weights(
+    rows: int, in_features: int, out_features: int, bias: bool, seed: int
+):
+    layer = linear(out_features, in_features, bias, seed)
+    x = torch.randn(rows, in_features) * 3
+    expected = int4_reference(x, layer.weight.detach(), None if layer.bias is None else layer.bias.detach())
+    got = PackedInt4Linear(layer)(x)
+    # The kernel sums per 64 inputs, then in float: equal up to float rounding of those sums.
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+    single = torch.cat([PackedInt4Linear(layer)(x[i : i + 1]) for i in range(rows)])
+    assert torch.equal(got, single)
+
+
 def test_a_row_of_zeros_gives_the_bias():
     layer = linear(20, 8, True, 0)
     assert torch.equal(PackedInt8Linear(layer)(torch.zeros(2, 8)), layer.bias.detach().expand(2, 20))
@@ -65,20 +103,23 @@ def test_leading_dimensions_are_kept():
     assert torch.equal(layer(x), layer(x.reshape(6, 32)).reshape(2, 3, 24))
 
 
-def test_int8_layers_use_the_kernel_for_targets_and_drafts():
+def test_int8_layers_use_the_kernel_for_targets_and_drafts_and_int4_its_4_bit_kernel():
     layer = linear(16, 16, False, 2)
     assert isinstance(convert_linear(layer, "int8", exact=True), PackedInt8Linear)
     assert isinstance(convert_linear(layer, "int8", exact=False), PackedInt8Linear)
+    assert isinstance(convert_linear(layer, "int4", exact=False), PackedInt4Linear)
 
 
 def test_without_a_compiler_int8_falls_back_to_fbgemm_with_one_warning(monkeypatch: pytest.MonkeyPatch, tmp_path):
-    monkeypatch.setattr(int8_kernel, "_state", {})
+    monkeypatch.setattr(quantized_kernels, "_state", {})
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(int8_kernel.platformdirs, "user_cache_dir", lambda app: str(tmp_path / "cache"))
+    monkeypatch.setattr(quantized_kernels.platformdirs, "user_cache_dir", lambda app: str(tmp_path / "cache"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         converted = convert_linear(linear(16, 16, False, 3), "int8", exact=True)
         convert_linear(linear(16, 16, False, 4), "int8", exact=True)
+        draft = convert_linear(linear(16, 16, False, 5), "int4", exact=False)
     assert isinstance(converted, RowwiseInt8Linear)
-    messages = [str(w.message) for w in caught if "int8 kernel" in str(w.message)]
-    assert messages == [f"int8 kernel unavailable, using fbgemm instead: no C++ compiler ({tmp_path / 'no-such-compiler'}) on PATH"]
+    assert isinstance(draft, DynamicInt8Linear)  # int4 falls back to fbgemm's int8
+    messages = [str(w.message) for w in caught if "kernels unavailable" in str(w.message)]
+    assert messages == [f"int8/int4 kernels unavailable, using fbgemm int8 instead: no C++ compiler ({tmp_path / 'no-such-compiler'}) on PATH"]

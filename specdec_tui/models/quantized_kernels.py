@@ -1,8 +1,10 @@
-"""This package's AVX2 int8 linear kernel (``int8_linear.cpp``): built on first use, then cached.
+"""This package's AVX2 linear kernels (``quantized_kernels.cpp``): built on first use, then cached.
 
-The kernel multiplies row-wise quantized activations by int8 weights in exact integer arithmetic
-(see the source's header), so it is batch-invariant like the fbgemm row-wise path, but a verify
-block of up to five rows costs about what one row does: the weights stream once per call.
+``int8_linear`` multiplies row-wise quantized activations by int8 weights in exact integer
+arithmetic (see the source's header), so it is batch-invariant like the fbgemm row-wise path, but
+a verify block of up to five rows costs about what one row does: the weights stream once per call.
+``int4_linear`` reads 4-bit weights with a scale and minimum per 64 inputs, half the bytes, for a
+draft's memory-bound steps.
 
 It is compiled with the system's C++ compiler against the installed torch and cached under the
 user cache directory, keyed by the source, torch and compiler. Without a compiler or AVX2, or if
@@ -25,9 +27,11 @@ from pathlib import Path
 import platformdirs
 import torch
 
-SOURCE = Path(__file__).with_name("int8_linear.cpp")
-BLOCK_COLUMNS = 16  # kBlockColumns in the source
-GROUP = 4  # kGroup in the source
+SOURCE = Path(__file__).with_name("quantized_kernels.cpp")
+INT8_COLUMNS = 16  # kBlockColumns in the source
+INT8_GROUP = 4  # kGroup in the source
+INT4_COLUMNS = 8  # kInt4Columns in the source
+INT4_GROUP = 64  # kInt4Group in the source
 BUILD_SECONDS = 300
 
 _lock = threading.Lock()
@@ -42,7 +46,7 @@ def _flags() -> list[str]:
     torch_dir = Path(torch.__file__).parent
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     return [
-        "-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-w",
+        "-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
         f"-L{torch_dir / 'lib'}", "-ltorch", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}",
@@ -54,7 +58,7 @@ def _library_path() -> Path:
     for part in (SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
                  _compiler().encode(), " ".join(_flags()).encode()):
         key.update(part)
-    return Path(platformdirs.user_cache_dir("specdec-tui")) / "kernels" / key.hexdigest()[:16] / "int8_linear.so"
+    return Path(platformdirs.user_cache_dir("specdec-tui")) / "kernels" / key.hexdigest()[:16] / "quantized_kernels.so"
 
 
 def _build(target: Path) -> None:
@@ -83,19 +87,19 @@ def _load() -> None:
 
 
 def available() -> bool:
-    """Whether ``torch.ops.specdec.int8_linear`` is loaded; builds it the first time it is asked."""
+    """Whether ``torch.ops.specdec``'s kernels are loaded; builds them the first time it is asked."""
     with _lock:
         if "loaded" not in _state:
             try:
                 _load()
                 _state["loaded"] = True
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-                warnings.warn(f"int8 kernel unavailable, using fbgemm instead: {exc}", stacklevel=2)
+                warnings.warn(f"int8/int4 kernels unavailable, using fbgemm int8 instead: {exc}", stacklevel=2)
                 _state["loaded"] = False
         return _state["loaded"]
 
 
-def pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``weight`` [N, K] as the kernel reads it: int8 blocks, per-column scales and column sums.
 
     Each output column (a row of ``weight``) gets its own scale, absolute maximum / 127. Columns
@@ -105,12 +109,40 @@ def pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     weight = weight.detach().float()
     scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
     q = torch.round(weight / scales[:, None]).clamp_(-127, 127).to(torch.int8)
-    columns = -(-out_features // BLOCK_COLUMNS) * BLOCK_COLUMNS
-    width = -(-in_features // GROUP) * GROUP
+    columns = -(-out_features // INT8_COLUMNS) * INT8_COLUMNS
+    width = -(-in_features // INT8_GROUP) * INT8_GROUP
     padded = torch.zeros(columns, width, dtype=torch.int8)
     padded[:out_features, :in_features] = q
-    blocks = padded.view(columns // BLOCK_COLUMNS, BLOCK_COLUMNS, width // GROUP, GROUP).transpose(1, 2).contiguous()
+    blocks = padded.view(columns // INT8_COLUMNS, INT8_COLUMNS, width // INT8_GROUP, INT8_GROUP).transpose(1, 2).contiguous()
     column_scales = torch.ones(columns)
     column_scales[:out_features] = scales
     column_sums = padded.sum(dim=1, dtype=torch.int32)
     return blocks, column_scales, column_sums
+
+
+
+def pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``weight`` [N, K] as 4-bit values with a float16 scale and minimum per 64 inputs of a column.
+
+    Returns the packed nibbles, scales and minimums in the kernel's block order. Each value is
+    ``scale * q + minimum`` with q in [0, 15], rounded against the float16 scale and minimum the
+    kernel reads.
+    """
+    out_features, in_features = weight.shape
+    columns = -(-out_features // INT4_COLUMNS) * INT4_COLUMNS
+    width = -(-in_features // INT4_GROUP) * INT4_GROUP
+    padded = torch.zeros(columns, width)
+    padded[:out_features, :in_features] = weight.detach().float()
+    groups = padded.view(columns, width // INT4_GROUP, INT4_GROUP)
+    minimum = groups.amin(dim=2).half().float()
+    scale = ((groups.amax(dim=2) - minimum) / 15.0).clamp_min(1e-8).half().float()
+    q = torch.round((groups - minimum[..., None]) / scale[..., None]).clamp_(0, 15).to(torch.uint8)
+    # k = group * 64 + step * 8 + nibble * 4 + i  ->  [block, group, step, column, i, nibble]
+    q = q.view(columns // INT4_COLUMNS, INT4_COLUMNS, width // INT4_GROUP, 8, 2, 4).permute(0, 2, 3, 1, 5, 4)
+    packed = (q[..., 0] | (q[..., 1] << 4)).contiguous()
+
+    def block_order(values: torch.Tensor) -> torch.Tensor:
+        blocked = values.view(columns // INT4_COLUMNS, INT4_COLUMNS, -1).transpose(1, 2)
+        return blocked.half().contiguous().view(torch.int16)
+
+    return packed, block_order(scale), block_order(minimum)

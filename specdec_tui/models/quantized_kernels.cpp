@@ -1,0 +1,276 @@
+// Quantized linear layers for AVX2 CPUs, registered as torch.ops.specdec.int8_linear and int4_linear.
+//
+// int8_linear: each activation row is quantized on its own (scale = row's absolute maximum / 63, values stored
+// as q + 64 in [1, 127]) and multiplied by int8 weights in exact 32-bit integer arithmetic. Every
+// output element therefore goes through the same operations whatever the number of rows, which is
+// what makes a verify block over M tokens equal M single steps. Seven-bit activations keep the sum
+// of two u8 x s8 products under the int16 limit of vpmaddubsw, so nothing saturates.
+//
+// The weights stream from memory once per call: all rows of a call are multiplied against a block
+// of weights while it is in cache, so a few extra rows cost arithmetic, not memory traffic.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kBlockColumns = 16;  // output columns per weight block: two 8-lane vectors
+constexpr int64_t kGroup = 4;          // input columns summed per lane by vpmaddubsw + vpmaddwd
+constexpr int kMaxRows = 5;            // rows per pass over a block: 2 x 5 accumulators fit the registers
+constexpr int kOffset = 64;            // activations are stored as q + 64
+constexpr float kLevels = 63.0f;       // q in [-63, 63]
+constexpr int64_t kPrefetchBytes = 2048;
+
+// Quantizes the rows of x [M, K] into q [M, padded] (padding holds a zero) and their scales.
+void quantize_rows(const float* x, int64_t rows, int64_t width, int64_t padded, uint8_t* q, float* scale) {
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* row = x + m * width;
+    float peak = 0.f;
+    for (int64_t k = 0; k < width; ++k) peak = std::max(peak, std::fabs(row[k]));
+    const float inverse = peak > 0.f ? kLevels / peak : 0.f;
+    scale[m] = peak / kLevels;
+    uint8_t* out = q + m * padded;
+    for (int64_t k = 0; k < width; ++k) out[k] = static_cast<uint8_t>(std::nearbyint(row[k] * inverse) + kOffset);
+    std::fill(out + width, out + padded, static_cast<uint8_t>(kOffset));
+  }
+}
+
+// Integer dot products of R activation rows with one block of 16 weight columns.
+template <int R>
+void block_products(const int8_t* weights, const uint8_t* const* rows, int64_t groups, int32_t* sums) {
+  __m256i low[R], high[R];
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < R; ++r) low[r] = high[r] = _mm256_setzero_si256();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int8_t* w = weights + g * kGroup * kBlockColumns;
+    _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes), _MM_HINT_T0);
+    const __m256i w_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    const __m256i w_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      std::memcpy(&four, rows[r] + g * kGroup, sizeof four);
+      const __m256i x = _mm256_set1_epi32(four);
+      low[r] = _mm256_add_epi32(low[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w_low), ones));
+      high[r] = _mm256_add_epi32(high[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w_high), ones));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + r * kBlockColumns), low[r]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + r * kBlockColumns + 8), high[r]);
+  }
+}
+
+void rows_products(int rows, const int8_t* weights, const uint8_t* const* q, int64_t groups, int32_t* sums) {
+  switch (rows) {
+    case 1: return block_products<1>(weights, q, groups, sums);
+    case 2: return block_products<2>(weights, q, groups, sums);
+    case 3: return block_products<3>(weights, q, groups, sums);
+    case 4: return block_products<4>(weights, q, groups, sums);
+    default: return block_products<5>(weights, q, groups, sums);
+  }
+}
+
+// x [M, K] float; packed [N/16, K/4, 16, 4] int8 (padded); scales [N/16*16] float;
+// column_sums [N/16*16] int32 (sum of each column's int8 weights); bias [N] float or none.
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& column_sums, const std::optional<at::Tensor>& bias, int64_t out_features) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "int8_linear: x must be a 2-D float32 tensor");
+  TORCH_CHECK(packed.dim() == 4 && packed.scalar_type() == at::kChar && packed.is_contiguous(),
+              "int8_linear: packed weights must be a contiguous 4-D int8 tensor");
+  const at::Tensor input = x.contiguous();
+  const int64_t rows = input.size(0), width = input.size(1);
+  const int64_t blocks = packed.size(0), groups = packed.size(1);
+  const int64_t padded = groups * kGroup;
+  TORCH_CHECK(padded >= width && padded - width < kGroup, "int8_linear: input width ", width,
+              " does not match the packed weights");
+  TORCH_CHECK(blocks * kBlockColumns >= out_features, "int8_linear: too few weight blocks");
+
+  std::vector<uint8_t> q(rows * padded);
+  std::vector<float> row_scale(rows);
+  quantize_rows(input.data_ptr<float>(), rows, width, padded, q.data(), row_scale.data());
+
+  at::Tensor out = at::empty({rows, out_features}, input.options());
+  float* o = out.data_ptr<float>();
+  const int8_t* w = packed.data_ptr<int8_t>();
+  const float* w_scale = scales.data_ptr<float>();
+  const int32_t* w_sum = column_sums.data_ptr<int32_t>();
+  const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    int32_t sums[kMaxRows * kBlockColumns];
+    const uint8_t* chunk[kMaxRows];
+    for (int64_t block = begin; block < end; ++block) {
+      const int8_t* weights = w + block * groups * kGroup * kBlockColumns;
+      const int64_t first = block * kBlockColumns;
+      const int64_t last = std::min(first + kBlockColumns, out_features);
+      for (int64_t m0 = 0; m0 < rows; m0 += kMaxRows) {
+        const int count = static_cast<int>(std::min<int64_t>(kMaxRows, rows - m0));
+        for (int i = 0; i < count; ++i) chunk[i] = q.data() + (m0 + i) * padded;
+        rows_products(count, weights, chunk, groups, sums);
+        for (int i = 0; i < count; ++i) {
+          const float s = row_scale[m0 + i];
+          float* out_row = o + (m0 + i) * out_features;
+          for (int64_t n = first; n < last; ++n) {
+            const int32_t exact = sums[i * kBlockColumns + (n - first)] - kOffset * w_sum[n];
+            float value = static_cast<float>(exact) * (w_scale[n] * s);
+            if (b != nullptr) value += b[n];
+            out_row[n] = value;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+
+// ---- int4 weights (for drafts): 4-bit columns with a scale and a minimum per 64 inputs ----
+//
+// w = scale * q + minimum, q in [0, 15]. Activations are quantized per row to 8 bits
+// (q in [-127, 127]); nibbles are the unsigned operand of vpmaddubsw, so a pair sums to at most
+// 2 * 15 * 127 and eight such products add up in int16 without saturating.
+
+constexpr int64_t kInt4Columns = 8;   // output columns per block: one 8-lane vector
+constexpr int64_t kInt4Group = 64;    // inputs sharing one scale and minimum
+constexpr int kInt4MaxRows = 3;
+
+void quantize_rows_signed(const float* x, int64_t rows, int64_t width, int64_t padded, int8_t* q,
+                          float* scale, float* group_sums) {
+  const int64_t groups = padded / kInt4Group;
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* row = x + m * width;
+    float peak = 0.f;
+    for (int64_t k = 0; k < width; ++k) peak = std::max(peak, std::fabs(row[k]));
+    const float inverse = peak > 0.f ? 127.f / peak : 0.f;
+    scale[m] = peak / 127.f;
+    int8_t* out = q + m * padded;
+    for (int64_t k = 0; k < width; ++k) out[k] = static_cast<int8_t>(std::nearbyint(row[k] * inverse));
+    std::fill(out + width, out + padded, static_cast<int8_t>(0));
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t k = g * kInt4Group; k < (g + 1) * kInt4Group; ++k) sum += out[k];
+      group_sums[m * groups + g] = static_cast<float>(sum);
+    }
+  }
+}
+
+inline __m256 half8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <int R>
+void int4_block(const uint8_t* weights, const uint16_t* scales, const uint16_t* minimums,
+                const int8_t* const* rows, const float* const* sums, int64_t groups, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* w = weights + g * (kInt4Group / 2) * kInt4Columns;
+    _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes), _MM_HINT_T0);
+    __m256i dot[R];
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      __m256i partial[R];
+      for (int r = 0; r < R; ++r) partial[r] = _mm256_setzero_si256();
+      for (int j = half * 4; j < half * 4 + 4; ++j) {
+        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));
+        const __m256i low = _mm256_and_si256(packed, nibble);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+        const int64_t k = g * kInt4Group + j * 8;
+        for (int r = 0; r < R; ++r) {
+          int32_t first, second;
+          std::memcpy(&first, rows[r] + k, 4);
+          std::memcpy(&second, rows[r] + k + 4, 4);
+          partial[r] = _mm256_add_epi16(partial[r], _mm256_maddubs_epi16(low, _mm256_set1_epi32(first)));
+          partial[r] = _mm256_add_epi16(partial[r], _mm256_maddubs_epi16(high, _mm256_set1_epi32(second)));
+        }
+      }
+      for (int r = 0; r < R; ++r) dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(partial[r], ones));
+    }
+    const __m256 scale = half8(scales + g * kInt4Columns);
+    const __m256 minimum = half8(minimums + g * kInt4Columns);
+    for (int r = 0; r < R; ++r) {
+      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), scale, total[r]);
+      total[r] = _mm256_fmadd_ps(_mm256_set1_ps(sums[r][g]), minimum, total[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * kInt4Columns, total[r]);
+}
+
+// x [M, K] float; packed [N/8, K/64, 8, 8, 4] uint8 (two inputs per byte); scales and minimums
+// [N/8, K/64, 8] float16 (stored as int16); bias [N] float or none.
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& minimums, const std::optional<at::Tensor>& bias, int64_t out_features) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "int4_linear: x must be a 2-D float32 tensor");
+  TORCH_CHECK(packed.dim() == 5 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
+              "int4_linear: packed weights must be a contiguous 5-D uint8 tensor");
+  const at::Tensor input = x.contiguous();
+  const int64_t rows = input.size(0), width = input.size(1);
+  const int64_t blocks = packed.size(0), groups = packed.size(1);
+  const int64_t padded = groups * kInt4Group;
+  TORCH_CHECK(padded >= width && padded - width < kInt4Group, "int4_linear: input width ", width,
+              " does not match the packed weights");
+  TORCH_CHECK(blocks * kInt4Columns >= out_features, "int4_linear: too few weight blocks");
+
+  std::vector<int8_t> q(rows * padded);
+  std::vector<float> row_scale(rows), group_sums(rows * groups);
+  quantize_rows_signed(input.data_ptr<float>(), rows, width, padded, q.data(), row_scale.data(), group_sums.data());
+
+  at::Tensor out = at::empty({rows, out_features}, input.options());
+  float* o = out.data_ptr<float>();
+  const uint8_t* w = packed.data_ptr<uint8_t>();
+  const auto* s = reinterpret_cast<const uint16_t*>(scales.data_ptr<int16_t>());
+  const auto* mn = reinterpret_cast<const uint16_t*>(minimums.data_ptr<int16_t>());
+  const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    float block_out[kInt4MaxRows * kInt4Columns];
+    const int8_t* chunk[kInt4MaxRows];
+    const float* chunk_sums[kInt4MaxRows];
+    for (int64_t block = begin; block < end; ++block) {
+      const uint8_t* weights = w + block * groups * (kInt4Group / 2) * kInt4Columns;
+      const uint16_t* block_scales = s + block * groups * kInt4Columns;
+      const uint16_t* block_minimums = mn + block * groups * kInt4Columns;
+      const int64_t first = block * kInt4Columns;
+      const int64_t last = std::min(first + kInt4Columns, out_features);
+      for (int64_t m0 = 0; m0 < rows; m0 += kInt4MaxRows) {
+        const int count = static_cast<int>(std::min<int64_t>(kInt4MaxRows, rows - m0));
+        for (int i = 0; i < count; ++i) {
+          chunk[i] = q.data() + (m0 + i) * padded;
+          chunk_sums[i] = group_sums.data() + (m0 + i) * groups;
+        }
+        switch (count) {
+          case 1: int4_block<1>(weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out); break;
+          case 2: int4_block<2>(weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out); break;
+          default: int4_block<3>(weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out); break;
+        }
+        for (int i = 0; i < count; ++i) {
+          float* out_row = o + (m0 + i) * out_features;
+          for (int64_t n = first; n < last; ++n) {
+            float value = block_out[i * kInt4Columns + (n - first)] * row_scale[m0 + i];
+            if (b != nullptr) value += b[n];
+            out_row[n] = value;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(specdec, m) {
+  m.def("int8_linear(Tensor x, Tensor packed, Tensor scales, Tensor column_sums, Tensor? bias, int out_features) -> Tensor",
+        &int8_linear);
+  m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor minimums, Tensor? bias, int out_features) -> Tensor",
+        &int4_linear);
+}

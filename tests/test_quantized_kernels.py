@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import pytest
@@ -123,3 +127,19 @@ def test_without_a_compiler_int8_falls_back_to_fbgemm_with_one_warning(monkeypat
     assert isinstance(draft, DynamicInt8Linear)  # int4 falls back to fbgemm's int8
     messages = [str(w.message) for w in caught if "kernels unavailable" in str(w.message)]
     assert messages == [f"int8/int4 kernels unavailable, using fbgemm int8 instead: no C++ compiler ({tmp_path / 'no-such-compiler'}) on PATH"]
+
+
+def test_a_cached_kernel_that_does_not_load_is_rebuilt(tmp_path):
+    # In a fresh process: this one has already registered the kernels, which cannot happen twice.
+    script = textwrap.dedent("""
+        from specdec_tui.models import quantized_kernels
+        library = quantized_kernels._library_path()
+        library.parent.mkdir(parents=True)
+        library.write_bytes(b"not a shared library")
+        assert quantized_kernels.available()
+        assert library.read_bytes()[:4] == b"\\x7fELF"
+        print("rebuilt")
+    """)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=600)
+    assert done.stdout.strip() == "rebuilt", done.stderr[-2000:]

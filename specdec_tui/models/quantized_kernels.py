@@ -83,7 +83,13 @@ def _load() -> None:
     library = _library_path()
     if not library.exists():
         _build(library)
-    torch.ops.load_library(str(library))
+    try:
+        torch.ops.load_library(str(library))
+    except OSError:
+        # A cached file that does not load (truncated, say) is rebuilt once, not trusted.
+        library.unlink()
+        _build(library)
+        torch.ops.load_library(str(library))
 
 
 def available() -> bool:

@@ -1,4 +1,4 @@
-"""The package's own int8 and int4 kernels: exact integer products, batch-invariant rows, a fallback."""
+"""The package's own kernels (int8, int4, RMS norm): exact products, batch-invariant rows, a fallback."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from specdec_tui.models import quantized_kernels
+from specdec_tui.models.fast_llama import KernelRmsNorm, RmsNorm
 from specdec_tui.models.precision import (
     DynamicInt8Linear,
     PackedInt4Linear,
@@ -143,3 +144,16 @@ def test_a_cached_kernel_that_does_not_load_is_rebuilt(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=600)
     assert done.stdout.strip() == "rebuilt", done.stderr[-2000:]
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 40), width=st.integers(1, 100), seed=st.integers(0, 2**16))
+def test_the_kernel_rms_norm_is_pytorchs_to_rounding_and_the_same_for_any_number_of_rows(
+    rows: int, width: int, seed: int
+):
+    torch.manual_seed(seed)
+    x, weight = torch.randn(rows, width) * 4, torch.randn(width)
+    norm = KernelRmsNorm(weight, 1e-6)
+    out = norm(x)
+    assert torch.allclose(out, RmsNorm(weight, 1e-6)(x), rtol=1e-5, atol=1e-5)
+    assert torch.equal(out, torch.cat([norm(x[i : i + 1]) for i in range(rows)]))

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
+from specdec_tui.models import quantized_kernels
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.precision import PackProgress, pack_linears
 from specdec_tui.models.scripting import scripted
@@ -60,16 +61,38 @@ def _head_rows(head: nn.Linear, rows: torch.Tensor) -> nn.Linear:
     return subset
 
 
+class RmsNorm(nn.Module):
+    """RMS norm over the last dimension, in PyTorch's ops."""
+
+    def __init__(self, weight: torch.Tensor, eps: float) -> None:
+        super().__init__()
+        self.weight, self.eps = weight.detach().float().contiguous(), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, [self.weight.shape[0]], self.weight, self.eps)
+
+
+class KernelRmsNorm(RmsNorm):
+    """The same norm in one call of the package's kernel; PyTorch's takes about ten small ops."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.specdec.rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(weight: torch.Tensor, eps: float) -> RmsNorm:
+    return KernelRmsNorm(weight, eps) if quantized_kernels.available() else RmsNorm(weight, eps)
+
+
 class DecoderLayer(nn.Module):
     """One pre-norm attention + SwiGLU block over new rows; their keys and values go into a cache."""
 
-    def __init__(self, linears: list[nn.Module], norms: tuple[torch.Tensor, torch.Tensor], heads: int,
-                 kv_heads: int, head_dim: int, intermediate: int, eps: float) -> None:
+    def __init__(self, linears: list[nn.Module], norms: tuple[RmsNorm, RmsNorm], heads: int,
+                 kv_heads: int, head_dim: int, intermediate: int) -> None:
         super().__init__()
         self.qkv, self.out_proj, self.gate_up, self.down = linears
         self.norm_in, self.norm_post = norms
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.intermediate, self.eps = intermediate, eps
+        self.intermediate = intermediate
         self.max_rows = MAX_ROWS  # an attribute: TorchScript reads no globals
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, length: int) -> torch.Tensor:
@@ -95,9 +118,9 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
                 values: torch.Tensor, length: int) -> torch.Tensor:
-        rows, width = x.shape[0], x.shape[1]
+        rows = x.shape[0]
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        h = F.rms_norm(x, [width], self.norm_in, self.eps)
+        h = self.norm_in(x)
         projected = self.qkv(h)
         # Rotate queries and keys in one go: their heads sit side by side in the projection.
         qk = projected[:, : q_width + kv_width].view(rows, self.heads + self.kv_heads, self.head_dim)
@@ -106,7 +129,7 @@ class DecoderLayer(nn.Module):
         keys[:, length : length + rows] = qk[:, self.heads :].transpose(0, 1)
         values[:, length : length + rows] = v.transpose(0, 1)
         x = x + self.out_proj(self.attend(qk[:, : self.heads] * (self.head_dim ** -0.5), keys, values, length))
-        h = F.rms_norm(x, [width], self.norm_post, self.eps)
+        h = self.norm_post(x)
         gu = self.gate_up(h)
         return x + self.down(F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :])
 
@@ -144,7 +167,7 @@ class FastLlama:
         decoder = model.model
         self.embed = decoder.embed_tokens.weight.detach().float()
         self.input_vocab = self.embed.shape[0]
-        self.final_norm = decoder.norm.weight.detach().float()
+        self.final_norm = rms_norm(decoder.norm.weight, self.eps)
 
         head = model.lm_head
         self.head_ids: torch.Tensor | None = None
@@ -162,8 +185,8 @@ class FastLlama:
         self.layers = [
             DecoderLayer(
                 packed[4 * i : 4 * i + 4],
-                (layer.input_layernorm.weight.detach().float(), layer.post_attention_layernorm.weight.detach().float()),
-                self.heads, self.kv_heads, self.head_dim, layer.mlp.gate_proj.out_features, self.eps,
+                (rms_norm(layer.input_layernorm.weight, self.eps), rms_norm(layer.post_attention_layernorm.weight, self.eps)),
+                self.heads, self.kv_heads, self.head_dim, layer.mlp.gate_proj.out_features,
             )
             for i, layer in enumerate(decoder.layers)
         ]
@@ -214,7 +237,7 @@ class FastLlama:
         cos, sin = self._rotary(rows)
         x = self.stack(x, cos, sin, self.keys, self.values, self.length)
         self.length += rows
-        logits = self.head(F.rms_norm(x[-n_logits:], (x.shape[-1],), self.final_norm, self.eps))
+        logits = self.head(self.final_norm(x[-n_logits:]))
         if self.head_ids is None:
             return logits
         full = logits.new_full((n_logits, self.vocab), float("-inf"))

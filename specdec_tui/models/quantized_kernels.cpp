@@ -1,4 +1,5 @@
-// Quantized linear layers for AVX2 CPUs, registered as torch.ops.specdec.int8_linear and int4_linear.
+// Quantized linear layers for AVX2 CPUs, registered as torch.ops.specdec.int8_linear and int4_linear,
+// and the RMS norm between them (rms_norm).
 //
 // int8_linear: each activation row is quantized on its own (scale = row's absolute maximum / 63, values stored
 // as q + 64 in [1, 127]) and multiplied by int8 weights in exact 32-bit integer arithmetic. Every
@@ -266,6 +267,45 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   return out;
 }
 
+
+// ---- RMS norm of each row: one pass per row in a fixed order, whatever the number of rows ----
+
+float row_mean_square(const float* row, int64_t width) {
+  __m256 lanes = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= width; k += 8) {
+    const __m256 v = _mm256_loadu_ps(row + k);
+    lanes = _mm256_fmadd_ps(v, v, lanes);
+  }
+  alignas(32) float parts[8];
+  _mm256_store_ps(parts, lanes);
+  float sum = ((parts[0] + parts[1]) + (parts[2] + parts[3])) + ((parts[4] + parts[5]) + (parts[6] + parts[7]));
+  for (; k < width; ++k) sum += row[k] * row[k];
+  return sum / static_cast<float>(width);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat, "rms_norm: float32 only");
+  const at::Tensor input = x.contiguous();
+  const int64_t width = input.size(-1);
+  TORCH_CHECK(weight.numel() == width, "rms_norm: weight does not match the rows");
+  const int64_t rows = width == 0 ? 0 : input.numel() / width;
+  at::Tensor out = at::empty_like(input);
+  const float* in = input.data_ptr<float>();
+  const float* w = weight.contiguous().data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  // One row is too little work to share between threads; many rows (a prompt) are split by row.
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      const float* row = in + m * width;
+      const float inverse = 1.0f / std::sqrt(row_mean_square(row, width) + static_cast<float>(eps));
+      float* out_row = o + m * width;
+      for (int64_t k = 0; k < width; ++k) out_row[k] = (row[k] * inverse) * w[k];
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(specdec, m) {
@@ -273,4 +313,5 @@ TORCH_LIBRARY(specdec, m) {
         &int8_linear);
   m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor minimums, Tensor? bias, int out_features) -> Tensor",
         &int4_linear);
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &rms_norm);
 }

@@ -13,9 +13,9 @@ pass over M tokens computes bit-for-bit the numbers of M single steps. That is w
 target run in int8 without breaking the lossless guarantee. ``fp16`` (fbgemm fp16 weights) is
 fast but its floating-point accumulation depends on M, like ``fp32``.
 
-Where this package's own AVX2 kernel builds (``quantized_kernels``), int8 uses it instead, for targets
-and drafts alike: the same row-wise, exact-integer scheme, but a verify block of a few rows costs
-about one row's time, where fbgemm's cost grows with every row.
+Where this package's own AVX2 kernels build (``quantized_kernels``), int8 uses them instead, for
+targets and drafts alike: the same row-wise, exact-integer scheme, but each call streams the
+weights once for all its rows. They also run ``int4`` (for drafts), which fbgemm cannot.
 """
 
 from __future__ import annotations
@@ -70,6 +70,13 @@ class Fp16Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+
+
+def with_leading_dims(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``out`` (rows, features), computed from ``x`` flattened to rows, in ``x``'s leading shape."""
+    shape = list(x.shape[:-1])
+    shape.append(out.shape[-1])
+    return out.reshape(shape)
 
 
 def row_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,9 +152,7 @@ class RowwiseInt8Linear(nn.Module):
         out = torch.ops.quantized.linear_dynamic(scaled, self.packed, True) * row_max
         if self.bias is not None:
             out = out + self.bias
-        shape = list(x.shape[:-1])
-        shape.append(self.out_features)
-        return out.reshape(shape)
+        return with_leading_dims(out, x)
 
 
 class SharedInputRowwiseInt8Linear(RowwiseInt8Linear):
@@ -175,9 +180,7 @@ class PackedInt8Linear(nn.Module):
         out = torch.ops.specdec.int8_linear(
             x.reshape(-1, x.shape[-1]), self.packed, self.scales, self.column_sums, self.bias, self.out_features
         )
-        shape = list(x.shape[:-1])
-        shape.append(self.out_features)
-        return out.reshape(shape)
+        return with_leading_dims(out, x)
 
 
 class PackedInt4Linear(nn.Module):
@@ -196,9 +199,7 @@ class PackedInt4Linear(nn.Module):
         out = torch.ops.specdec.int4_linear(
             x.reshape(-1, x.shape[-1]), self.packed, self.scales, self.minimums, self.bias, self.out_features
         )
-        shape = list(x.shape[:-1])
-        shape.append(self.out_features)
-        return out.reshape(shape)
+        return with_leading_dims(out, x)
 
 
 def _as_linear(module: nn.Module) -> nn.Linear | None:

@@ -1,15 +1,16 @@
-"""This package's AVX2 linear kernels (``quantized_kernels.cpp``): built on first use, then cached.
+"""This package's AVX2 kernels (``quantized_kernels.cpp``): built on first use, then cached.
 
 ``int8_linear`` multiplies row-wise quantized activations by int8 weights in exact integer
 arithmetic (see the source's header), so it is batch-invariant like the fbgemm row-wise path, but
 a verify block of up to five rows costs about what one row does: the weights stream once per call.
 ``int4_linear`` reads 4-bit weights with a scale and minimum per 64 inputs, half the bytes, for a
-draft's memory-bound steps.
+draft's memory-bound steps. ``rms_norm`` is the norm between them in one call instead of PyTorch's
+ten small ops.
 
 It is compiled with the system's C++ compiler against the installed torch and cached under the
 user cache directory, keyed by the source, torch and compiler. Without a compiler or AVX2, or if
 anything in the build fails, ``available()`` is False (with a one-line warning) and callers use
-the fbgemm kernels instead.
+fbgemm's kernels and PyTorch's norm instead.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from specdec_tui.models.precision import (
     convert_linear,
 )
 
-pytestmark = pytest.mark.skipif(not quantized_kernels.available(), reason="the int8 kernel does not build here")
+needs_kernels = pytest.mark.skipif(not quantized_kernels.available(), reason="the package's kernels do not build here")
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -61,10 +61,11 @@ def linear(out_features: int, in_features: int, bias: bool, seed: int) -> nn.Lin
     return layer
 
 
+@needs_kernels
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, 12), in_features=st.integers(1, 70), out_features=st.integers(1, 40),
        bias=st.booleans(), seed=st.integers(0, 2**16))
-def test_the_kernel_computes_the_integer_products_of_the_quantized_rows(
+def test_the_int8_kernel_computes_the_integer_products_of_the_quantized_rows(
     rows: int, in_features: int, out_features: int, bias: bool, seed: int
 ):
     layer = linear(out_features, in_features, bias, seed)
@@ -73,14 +74,16 @@ def test_the_kernel_computes_the_integer_products_of_the_quantized_rows(
     assert torch.allclose(PackedInt8Linear(layer)(x), expected, rtol=1e-6, atol=1e-6)
 
 
+@needs_kernels
 @settings(max_examples=30, deadline=None)
 @given(rows=st.integers(2, 11), width=st.sampled_from([16, 63, 130]), seed=st.integers(0, 2**16))
-def test_a_block_of_rows_is_bit_for_bit_those_rows_one_at_a_time(rows: int, width: int, seed: int):
+def test_an_int8_block_of_rows_is_bit_for_bit_those_rows_one_at_a_time(rows: int, width: int, seed: int):
     layer = PackedInt8Linear(linear(37, width, True, seed))
     x = torch.randn(rows, width)
     assert torch.equal(layer(x), torch.cat([layer(x[i : i + 1]) for i in range(rows)]))
 
 
+@needs_kernels
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, 8), in_features=st.integers(1, 200), out_features=st.integers(1, 30),
        bias=st.booleans(), seed=st.integers(0, 2**16))
@@ -97,17 +100,20 @@ def test_the_int4_kernel_computes_the_products_of_the_dequantized_weights(
     assert torch.equal(got, single)
 
 
+@needs_kernels
 def test_a_row_of_zeros_gives_the_bias():
     layer = linear(20, 8, True, 0)
     assert torch.equal(PackedInt8Linear(layer)(torch.zeros(2, 8)), layer.bias.detach().expand(2, 20))
 
 
+@needs_kernels
 def test_leading_dimensions_are_kept():
     layer = PackedInt8Linear(linear(24, 32, False, 1))
     x = torch.randn(2, 3, 32)
     assert torch.equal(layer(x), layer(x.reshape(6, 32)).reshape(2, 3, 24))
 
 
+@needs_kernels
 def test_int8_layers_use_the_kernel_for_targets_and_drafts_and_int4_its_4_bit_kernel():
     layer = linear(16, 16, False, 2)
     assert isinstance(convert_linear(layer, "int8", exact=True), PackedInt8Linear)
@@ -130,6 +136,7 @@ def test_without_a_compiler_int8_falls_back_to_fbgemm_with_one_warning(monkeypat
     assert messages == [f"int8/int4 kernels unavailable, using fbgemm int8 instead: no C++ compiler ({tmp_path / 'no-such-compiler'}) on PATH"]
 
 
+@needs_kernels
 def test_a_cached_kernel_that_does_not_load_is_rebuilt(tmp_path):
     # In a fresh process: this one has already registered the kernels, which cannot happen twice.
     script = textwrap.dedent("""
@@ -146,6 +153,7 @@ def test_a_cached_kernel_that_does_not_load_is_rebuilt(tmp_path):
     assert done.stdout.strip() == "rebuilt", done.stderr[-2000:]
 
 
+@needs_kernels
 @settings(max_examples=30, deadline=None)
 @given(rows=st.integers(1, 40), width=st.integers(1, 100), seed=st.integers(0, 2**16))
 def test_the_kernel_rms_norm_is_pytorchs_to_rounding_and_the_same_for_any_number_of_rows(

@@ -1,11 +1,12 @@
 // Quantized linear layers for AVX2 CPUs, registered as torch.ops.specdec.int8_linear and int4_linear,
 // and the RMS norm between them (rms_norm).
 //
-// int8_linear: each activation row is quantized on its own (scale = row's absolute maximum / 63, values stored
-// as q + 64 in [1, 127]) and multiplied by int8 weights in exact 32-bit integer arithmetic. Every
-// output element therefore goes through the same operations whatever the number of rows, which is
-// what makes a verify block over M tokens equal M single steps. Seven-bit activations keep the sum
-// of two u8 x s8 products under the int16 limit of vpmaddubsw, so nothing saturates.
+// int8_linear: each activation row is quantized on its own (scale = row's absolute maximum / 63,
+// values stored as q + 64 in [1, 127]) and multiplied by int8 weights in exact 32-bit integer
+// arithmetic. Every output element therefore goes through the same operations whatever the number
+// of rows, which is what makes a verify block over M tokens equal M single steps. Seven-bit
+// activations keep the sum of two u8 x s8 products under the int16 limit of vpmaddubsw, so nothing
+// saturates.
 //
 // The weights stream from memory once per call: all rows of a call are multiplied against a block
 // of weights while it is in cache, so a few extra rows cost arithmetic, not memory traffic.
@@ -29,12 +30,31 @@ constexpr int kOffset = 64;            // activations are stored as q + 64
 constexpr float kLevels = 63.0f;       // q in [-63, 63]
 constexpr int64_t kPrefetchBytes = 2048;
 
+float row_peak(const float* row, int64_t width) {
+  float peak = 0.f;
+  for (int64_t k = 0; k < width; ++k) peak = std::max(peak, std::fabs(row[k]));
+  return peak;
+}
+
+// The checks both linears make: a float matrix of rows, and contiguous packed weights whose
+// padded width and block count fit it. Returns the rows as a contiguous tensor.
+at::Tensor checked_rows(const char* op, const at::Tensor& x, const at::Tensor& packed, int64_t packed_dims,
+                        at::ScalarType packed_type, int64_t group, int64_t block_columns, int64_t out_features) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, op, ": x must be a 2-D float32 tensor");
+  TORCH_CHECK(packed.dim() == packed_dims && packed.scalar_type() == packed_type && packed.is_contiguous(),
+              op, ": packed weights must be a contiguous ", packed_dims, "-D ", packed_type, " tensor");
+  const int64_t width = x.size(1), padded = packed.size(1) * group;
+  TORCH_CHECK(padded >= width && padded - width < group, op, ": input width ", width,
+              " does not match the packed weights");
+  TORCH_CHECK(packed.size(0) * block_columns >= out_features, op, ": too few weight blocks");
+  return x.contiguous();
+}
+
 // Quantizes the rows of x [M, K] into q [M, padded] (padding holds a zero) and their scales.
 void quantize_rows(const float* x, int64_t rows, int64_t width, int64_t padded, uint8_t* q, float* scale) {
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * width;
-    float peak = 0.f;
-    for (int64_t k = 0; k < width; ++k) peak = std::max(peak, std::fabs(row[k]));
+    const float peak = row_peak(row, width);
     const float inverse = peak > 0.f ? kLevels / peak : 0.f;
     scale[m] = peak / kLevels;
     uint8_t* out = q + m * padded;
@@ -82,16 +102,10 @@ void rows_products(int rows, const int8_t* weights, const uint8_t* const* q, int
 // column_sums [N/16*16] int32 (sum of each column's int8 weights); bias [N] float or none.
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& column_sums, const std::optional<at::Tensor>& bias, int64_t out_features) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "int8_linear: x must be a 2-D float32 tensor");
-  TORCH_CHECK(packed.dim() == 4 && packed.scalar_type() == at::kChar && packed.is_contiguous(),
-              "int8_linear: packed weights must be a contiguous 4-D int8 tensor");
-  const at::Tensor input = x.contiguous();
+  const at::Tensor input = checked_rows("int8_linear", x, packed, 4, at::kChar, kGroup, kBlockColumns, out_features);
   const int64_t rows = input.size(0), width = input.size(1);
   const int64_t blocks = packed.size(0), groups = packed.size(1);
   const int64_t padded = groups * kGroup;
-  TORCH_CHECK(padded >= width && padded - width < kGroup, "int8_linear: input width ", width,
-              " does not match the packed weights");
-  TORCH_CHECK(blocks * kBlockColumns >= out_features, "int8_linear: too few weight blocks");
 
   std::vector<uint8_t> q(rows * padded);
   std::vector<float> row_scale(rows);
@@ -131,7 +145,6 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   return out;
 }
 
-
 // ---- int4 weights (for drafts): 4-bit columns with a scale and a minimum per 64 inputs ----
 //
 // w = scale * q + minimum, q in [0, 15]. Activations are quantized per row to 8 bits
@@ -147,8 +160,7 @@ void quantize_rows_signed(const float* x, int64_t rows, int64_t width, int64_t p
   const int64_t groups = padded / kInt4Group;
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * width;
-    float peak = 0.f;
-    for (int64_t k = 0; k < width; ++k) peak = std::max(peak, std::fabs(row[k]));
+    const float peak = row_peak(row, width);
     const float inverse = peak > 0.f ? 127.f / peak : 0.f;
     scale[m] = peak / 127.f;
     int8_t* out = q + m * padded;
@@ -210,16 +222,11 @@ void int4_block(const uint8_t* weights, const uint16_t* scales, const uint16_t* 
 // [N/8, K/64, 8] float16 (stored as int16); bias [N] float or none.
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& minimums, const std::optional<at::Tensor>& bias, int64_t out_features) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "int4_linear: x must be a 2-D float32 tensor");
-  TORCH_CHECK(packed.dim() == 5 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
-              "int4_linear: packed weights must be a contiguous 5-D uint8 tensor");
-  const at::Tensor input = x.contiguous();
+  const at::Tensor input =
+      checked_rows("int4_linear", x, packed, 5, at::kByte, kInt4Group, kInt4Columns, out_features);
   const int64_t rows = input.size(0), width = input.size(1);
   const int64_t blocks = packed.size(0), groups = packed.size(1);
   const int64_t padded = groups * kInt4Group;
-  TORCH_CHECK(padded >= width && padded - width < kInt4Group, "int4_linear: input width ", width,
-              " does not match the packed weights");
-  TORCH_CHECK(blocks * kInt4Columns >= out_features, "int4_linear: too few weight blocks");
 
   std::vector<int8_t> q(rows * padded);
   std::vector<float> row_scale(rows), group_sums(rows * groups);
@@ -267,7 +274,6 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   return out;
 }
 
-
 // ---- RMS norm of each row: one pass per row in a fixed order, whatever the number of rows ----
 
 float row_mean_square(const float* row, int64_t width) {
@@ -290,9 +296,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const int64_t width = input.size(-1);
   TORCH_CHECK(weight.numel() == width, "rms_norm: weight does not match the rows");
   const int64_t rows = width == 0 ? 0 : input.numel() / width;
+  const at::Tensor norm_weight = weight.contiguous();  // held: its data must outlive the loop
   at::Tensor out = at::empty_like(input);
   const float* in = input.data_ptr<float>();
-  const float* w = weight.contiguous().data_ptr<float>();
+  const float* w = norm_weight.data_ptr<float>();
   float* o = out.data_ptr<float>();
   // One row is too little work to share between threads; many rows (a prompt) are split by row.
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {

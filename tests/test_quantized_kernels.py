@@ -1,4 +1,4 @@
-"""The package's own kernels (int8, int4, RMS norm): exact products, batch-invariant rows, a fallback."""
+"""The package's own kernels (int8, int4, RMS norm, attention): exact products, batch-invariant rows, a fallback."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from specdec_tui.models import quantized_kernels
-from specdec_tui.models.fast_llama import KernelRmsNorm, RmsNorm
+from specdec_tui.models.fast_llama import Attention, KernelAttention, KernelRmsNorm, RmsNorm, attention
 from specdec_tui.models.precision import (
     DynamicInt8Linear,
     PackedInt4Linear,
@@ -165,3 +165,59 @@ def test_the_kernel_rms_norm_is_pytorchs_to_rounding_and_the_same_for_any_number
     out = norm(x)
     assert torch.allclose(out, RmsNorm(weight, 1e-6)(x), rtol=1e-5, atol=1e-5)
     assert torch.equal(out, torch.cat([norm(x[i : i + 1]) for i in range(rows)]))
+
+
+def attention_inputs(rows: int, heads: int, kv_heads: int, dim: int, length: int, seed: int):
+    torch.manual_seed(seed)
+    projected = torch.randn(rows, (heads + 2 * kv_heads) * dim) * 3
+    angles = torch.rand(rows, 1, dim // 2) * 6
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([-angles.sin(), angles.sin()], -1)
+    cache = [torch.randn(kv_heads, length + rows + 3, dim) * 3 for _ in range(2)]
+    return projected, cos, sin, cache
+
+
+@needs_kernels
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 6), kv_heads=st.integers(1, 3), groups=st.integers(1, 3), dim=st.sampled_from([8, 16, 64]),
+       length=st.integers(0, 40), seed=st.integers(0, 2**16))
+def test_the_kernel_attention_is_pytorchs_to_rounding_and_fills_the_same_cache(
+    rows: int, kv_heads: int, groups: int, dim: int, length: int, seed: int
+):
+    projected, cos, sin, cache = attention_inputs(rows, kv_heads * groups, kv_heads, dim, length, seed)
+    kernel_cache, torch_cache = [c.clone() for c in cache], [c.clone() for c in cache]
+    out = KernelAttention(kv_heads * groups, kv_heads, dim)(projected, cos, sin, *kernel_cache, length)
+    expected = Attention(kv_heads * groups, kv_heads, dim)(projected, cos, sin, *torch_cache, length)
+    assert torch.allclose(out, expected, rtol=1e-4, atol=1e-4)
+    for mine, theirs in zip(kernel_cache, torch_cache, strict=True):
+        assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernels
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(2, 6), length=st.integers(0, 40), seed=st.integers(0, 2**16))
+def test_an_attention_block_of_rows_is_bit_for_bit_those_rows_one_at_a_time(rows: int, length: int, seed: int):
+    projected, cos, sin, cache = attention_inputs(rows, 4, 2, 16, length, seed)
+    layer = KernelAttention(4, 2, 16)
+    block_cache, single_cache = [c.clone() for c in cache], [c.clone() for c in cache]
+    block = layer(projected, cos, sin, *block_cache, length)
+    singles = torch.cat([layer(projected[i : i + 1], cos[i : i + 1], sin[i : i + 1], *single_cache, length + i)
+                         for i in range(rows)])
+    assert torch.equal(block, singles)
+    assert all(torch.equal(a, b) for a, b in zip(block_cache, single_cache, strict=True))
+
+
+@needs_kernels
+def test_a_softmax_over_far_apart_scores_gives_the_far_ones_no_weight():
+    projected, cos, sin, (keys, values) = attention_inputs(1, 1, 1, 8, 5, 0)
+    cos, sin = torch.ones_like(cos), torch.zeros_like(sin)  # no rotation: the scores are q . k
+    projected[0, :8], projected[0, 8:16] = 100.0, -1.0  # the query, and the new row's key
+    keys[0, :5] = -1.0
+    keys[0, 2] = 1.0  # the only key the query agrees with, by 566 before the softmax
+    out = KernelAttention(1, 1, 8)(projected, cos, sin, keys, values, 5)
+    assert torch.equal(out[0], values[0, 2])
+
+
+def test_the_runner_uses_the_kernel_attention_where_it_can():
+    kernel = quantized_kernels.available()
+    assert isinstance(attention(4, 2, 16), KernelAttention) == kernel
+    assert type(attention(4, 2, 12)) is Attention  # the kernel wants head sizes in whole 8-lane vectors

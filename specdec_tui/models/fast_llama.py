@@ -4,7 +4,8 @@ transformers' forward spends a large share of a small model's step in Python and
 runner takes the same weights and does one decode step with few calls: fused q/k/v and gate/up
 projections, a preallocated KV cache, rotary tables, and attention computed one query row at a
 time. Row-at-a-time attention plus row-wise int8 linears make a verify block compute bit for bit
-what single steps compute (see ``precision`` and ``attention``).
+what single steps compute (see ``precision`` and ``attention``). Where the package's kernels build,
+each norm and each layer's attention of a short block are single calls of them (``quantized_kernels``).
 
 ``head_tokens`` keeps only the first N rows of the output head plus the special tokens, a cheaper
 head for a draft (Qwen's BPE ids are in merge order, so low ids are the frequent ones); the other
@@ -83,30 +84,31 @@ def rms_norm(weight: torch.Tensor, eps: float) -> RmsNorm:
     return KernelRmsNorm(weight, eps) if quantized_kernels.available() else RmsNorm(weight, eps)
 
 
-class DecoderLayer(nn.Module):
-    """One pre-norm attention + SwiGLU block over new rows; their keys and values go into a cache."""
+class Attention(nn.Module):
+    """Self-attention of new rows from their q/k/v projections: rotary, the cache write, and each
+    row over the cache up to itself. In PyTorch's ops."""
 
-    def __init__(self, linears: list[nn.Module], norms: tuple[RmsNorm, RmsNorm], heads: int,
-                 kv_heads: int, head_dim: int, intermediate: int) -> None:
+    def __init__(self, heads: int, kv_heads: int, head_dim: int) -> None:
         super().__init__()
-        self.qkv, self.out_proj, self.gate_up, self.down = linears
-        self.norm_in, self.norm_post = norms
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.intermediate = intermediate
+        self.scale = head_dim ** -0.5
         self.max_rows = MAX_ROWS  # an attribute: TorchScript reads no globals
 
-    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, length: int) -> torch.Tensor:
-        """Causal attention of the new rows ``q`` (rows, heads, dim, already scaled) over the cache."""
+    def attend_block(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, length: int) -> torch.Tensor:
+        """A long block (a prompt) in one masked kernel call; ``q`` is (rows, heads, dim), scaled."""
         rows = q.shape[0]
-        end = length + rows
-        groups = self.heads // self.kv_heads
+        mask = torch.ones(rows, length + rows, dtype=torch.bool).tril(length)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0), keys[:, : length + rows].unsqueeze(0),
+            values[:, : length + rows].unsqueeze(0), attn_mask=mask, scale=1.0, enable_gqa=self.heads > self.kv_heads,
+        )
+        return out[0].transpose(0, 1).reshape(rows, -1)
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, length: int) -> torch.Tensor:
+        rows = q.shape[0]
         if rows > self.max_rows:
-            mask = torch.ones(rows, end, dtype=torch.bool).tril(length)
-            out = F.scaled_dot_product_attention(
-                q.transpose(0, 1).unsqueeze(0), keys[:, :end].unsqueeze(0), values[:, :end].unsqueeze(0),
-                attn_mask=mask, scale=1.0, enable_gqa=groups > 1,
-            )
-            return out[0].transpose(0, 1).reshape(rows, -1)
+            return self.attend_block(q, keys, values, length)
+        groups = self.heads // self.kv_heads
         outputs: list[torch.Tensor] = []
         for row in range(rows):
             # The query heads sharing a key/value head attend as that head's rows: no repeat, no mask.
@@ -116,21 +118,52 @@ class DecoderLayer(nn.Module):
             outputs.append(torch.bmm(torch.softmax(scores, dim=-1), values[:, :stop]).view(1, -1))
         return outputs[0] if rows == 1 else torch.cat(outputs)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
+    def forward(self, projected: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
                 values: torch.Tensor, length: int) -> torch.Tensor:
-        rows = x.shape[0]
+        rows = projected.shape[0]
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        h = self.norm_in(x)
-        projected = self.qkv(h)
         # Rotate queries and keys in one go: their heads sit side by side in the projection.
         qk = projected[:, : q_width + kv_width].view(rows, self.heads + self.kv_heads, self.head_dim)
         qk = qk * cos + qk.roll(self.head_dim // 2, dims=-1) * sin
         v = projected[:, q_width + kv_width :].view(rows, self.kv_heads, self.head_dim)
         keys[:, length : length + rows] = qk[:, self.heads :].transpose(0, 1)
         values[:, length : length + rows] = v.transpose(0, 1)
-        x = x + self.out_proj(self.attend(qk[:, : self.heads] * (self.head_dim ** -0.5), keys, values, length))
-        h = self.norm_post(x)
-        gu = self.gate_up(h)
+        return self.attend(qk[:, : self.heads] * self.scale, keys, values, length)
+
+
+class KernelAttention(Attention):
+    """The same attention in two calls of the package's kernels instead of about twenty small ops
+    per layer; a prompt's long block still takes the masked kernel."""
+
+    def forward(self, projected: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
+                values: torch.Tensor, length: int) -> torch.Tensor:
+        q = torch.ops.specdec.rotate_into_cache(projected, cos, sin, keys, values, length, self.heads, self.scale)
+        if q.shape[0] > self.max_rows:
+            return self.attend_block(q, keys, values, length)
+        return torch.ops.specdec.attend_rows(q, keys, values, length)
+
+
+def attention(heads: int, kv_heads: int, head_dim: int) -> Attention:
+    if quantized_kernels.available() and head_dim % 8 == 0:
+        return KernelAttention(heads, kv_heads, head_dim)
+    return Attention(heads, kv_heads, head_dim)
+
+
+class DecoderLayer(nn.Module):
+    """One pre-norm attention + SwiGLU block over new rows; their keys and values go into a cache."""
+
+    def __init__(self, linears: list[nn.Module], norms: tuple[RmsNorm, RmsNorm], attention: Attention,
+                 intermediate: int) -> None:
+        super().__init__()
+        self.qkv, self.out_proj, self.gate_up, self.down = linears
+        self.norm_in, self.norm_post = norms
+        self.attention = attention
+        self.intermediate = intermediate
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
+                values: torch.Tensor, length: int) -> torch.Tensor:
+        x = x + self.out_proj(self.attention(self.qkv(self.norm_in(x)), cos, sin, keys, values, length))
+        gu = self.gate_up(self.norm_post(x))
         return x + self.down(F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :])
 
 
@@ -186,7 +219,7 @@ class FastLlama:
             DecoderLayer(
                 packed[4 * i : 4 * i + 4],
                 (rms_norm(layer.input_layernorm.weight, self.eps), rms_norm(layer.post_attention_layernorm.weight, self.eps)),
-                self.heads, self.kv_heads, self.head_dim, layer.mlp.gate_proj.out_features,
+                attention(self.heads, self.kv_heads, self.head_dim), layer.mlp.gate_proj.out_features,
             )
             for i, layer in enumerate(decoder.layers)
         ]

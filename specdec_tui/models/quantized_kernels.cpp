@@ -1,5 +1,6 @@
 // Quantized linear layers for AVX2 CPUs, registered as torch.ops.specdec.int8_linear and int4_linear,
-// and the RMS norm between them (rms_norm).
+// the RMS norm between them (rms_norm), and the attention of a few new rows (rotate_into_cache,
+// attend_rows).
 //
 // int8_linear: each activation row is quantized on its own (scale = row's absolute maximum / 63,
 // values stored as q + 64 in [1, 127]) and multiplied by int8 weights in exact 32-bit integer
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace {
@@ -313,6 +315,136 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return out;
 }
 
+// ---- attention of a few new rows: rotary and the cache write, then each row over its own prefix ----
+//
+// A row's numbers depend only on its own query and the keys and values before it, computed in a
+// fixed order, so a verify block's rows equal single steps bit for bit (as the linears above).
+
+// qkv [M, (H + 2G) * D] projections; cos and sin [M, D], sin signed so that
+// rotate(x) = x * cos + roll(x, D / 2) * sin; keys and values [G, capacity, D], the new rows written
+// at length .. length + M - 1. Returns the rotated queries times scale, [M, H, D].
+at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, at::Tensor keys,
+                             at::Tensor values, int64_t length, int64_t heads, double scale) {
+  TORCH_CHECK(keys.dim() == 3 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes() &&
+                  keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat,
+              "rotate_into_cache: keys and values must be matching contiguous [kv_heads, capacity, dim] float32");
+  const int64_t kv_heads = keys.size(0), capacity = keys.size(1), dim = keys.size(2), half = dim / 2;
+  const at::Tensor projected = qkv.contiguous(), c = cos.contiguous(), s = sin.contiguous();
+  const int64_t rows = projected.size(0), width = (heads + 2 * kv_heads) * dim;
+  TORCH_CHECK(projected.dim() == 2 && projected.scalar_type() == at::kFloat && projected.size(1) == width,
+              "rotate_into_cache: qkv must be [rows, (heads + 2 * kv_heads) * dim] float32");
+  TORCH_CHECK(c.numel() == rows * dim && s.numel() == rows * dim && c.scalar_type() == at::kFloat &&
+                  s.scalar_type() == at::kFloat && dim % 2 == 0,
+              "rotate_into_cache: cos and sin must hold rows * dim float32 values");
+  TORCH_CHECK(length >= 0 && length + rows <= capacity, "rotate_into_cache: the cache is too short");
+  at::Tensor q = at::empty({rows, heads, dim}, projected.options());
+  const float* in = projected.data_ptr<float>();
+  float* k_cache = keys.data_ptr<float>();
+  float* v_cache = values.data_ptr<float>();
+  float* q_out = q.data_ptr<float>();
+  const float factor = static_cast<float>(scale);
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* row = in + m * width;
+    const float* row_cos = c.data_ptr<float>() + m * dim;
+    const float* row_sin = s.data_ptr<float>() + m * dim;
+    auto rotate = [&](const float* x, float* out, float times) {
+      for (int64_t i = 0; i < dim; ++i) {
+        const float rolled = x[i < half ? i + half : i - half];
+        out[i] = (x[i] * row_cos[i] + rolled * row_sin[i]) * times;
+      }
+    };
+    for (int64_t h = 0; h < heads; ++h) rotate(row + h * dim, q_out + (m * heads + h) * dim, factor);
+    for (int64_t g = 0; g < kv_heads; ++g) {
+      const int64_t slot = (g * capacity + length + m) * dim;
+      rotate(row + (heads + g) * dim, k_cache + slot, 1.0f);
+      std::memcpy(v_cache + slot, row + (heads + kv_heads + g) * dim, dim * sizeof(float));
+    }
+  }
+  return q;
+}
+
+// e^x for x <= 0 to about one part in 10^7: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its Taylor
+// polynomial to degree 7, times 2^n through the exponent bits. Below -87 it gives e^-87, not 0.
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln 2 in two parts: exact n * high
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  for (const float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
+}
+
+float lanes_sum(__m256 v) {
+  alignas(32) float parts[8];
+  _mm256_store_ps(parts, v);
+  return ((parts[0] + parts[1]) + (parts[2] + parts[3])) + ((parts[4] + parts[5]) + (parts[6] + parts[7]));
+}
+
+// One query head over keys and values [stop, D] (D a multiple of 8): softmax(q k^T) v into out.
+void attend_one(const float* q, const float* keys, const float* values, int64_t stop, int64_t dim, float* scores,
+                float* out) {
+  for (int64_t t = 0; t < stop; ++t) {
+    const float* key = keys + t * dim;
+    __m256 dot = _mm256_setzero_ps();
+    for (int64_t d = 0; d < dim; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(key + d), dot);
+    scores[t] = lanes_sum(dot);
+  }
+  const int64_t padded = (stop + 7) / 8 * 8;
+  float peak = scores[0];
+  for (int64_t t = 1; t < stop; ++t) peak = std::max(peak, scores[t]);
+  std::fill(scores + stop, scores + padded, -std::numeric_limits<float>::infinity());
+  __m256 total = _mm256_setzero_ps();
+  const __m256 shift = _mm256_set1_ps(peak);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t t = 0; t < padded; t += 8) {
+    // Lanes past stop get e^-87 from the clamp: zero them so they add nothing.
+    const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(stop - t), lane));
+    const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + t), shift)), live);
+    _mm256_storeu_ps(scores + t, e);
+    total = _mm256_add_ps(total, e);
+  }
+  const float inverse = 1.0f / lanes_sum(total);
+  for (int64_t d = 0; d < dim; d += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t t = 0; t < stop; ++t)
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(scores[t]), _mm256_loadu_ps(values + t * dim + d), acc);
+    _mm256_storeu_ps(out + d, _mm256_mul_ps(acc, _mm256_set1_ps(inverse)));
+  }
+}
+
+// q [M, H, D] (rotated and scaled) of the rows at length .. length + M - 1, whose keys and values are
+// already in the cache [G, capacity, D]. Row m attends to the first length + m + 1 cached positions.
+at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t length) {
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(),
+              "attend_rows: q must be a contiguous [rows, heads, dim] float32 tensor");
+  TORCH_CHECK(keys.dim() == 3 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes() &&
+                  keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat,
+              "attend_rows: keys and values must be matching contiguous [kv_heads, capacity, dim] float32");
+  const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
+  const int64_t kv_heads = keys.size(0), capacity = keys.size(1);
+  TORCH_CHECK(keys.size(2) == dim && dim % 8 == 0 && heads % kv_heads == 0, "attend_rows: head shapes do not match");
+  TORCH_CHECK(length >= 0 && length + rows <= capacity, "attend_rows: the cache is too short");
+  at::Tensor out = at::empty({rows, heads * dim}, q.options());
+  const float* query = q.data_ptr<float>();
+  const float* k = keys.data_ptr<float>();
+  const float* v = values.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int64_t groups = heads / kv_heads;
+  at::parallel_for(0, rows * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores((length + rows + 7) / 8 * 8);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t m = item / heads, h = item % heads, g = h / groups;
+      attend_one(query + item * dim, k + g * capacity * dim, v + g * capacity * dim, length + m + 1, dim,
+                 scores.data(), o + item * dim);
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(specdec, m) {
@@ -321,4 +453,8 @@ TORCH_LIBRARY(specdec, m) {
   m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor minimums, Tensor? bias, int out_features) -> Tensor",
         &int4_linear);
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &rms_norm);
+  m.def("rotate_into_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int length, "
+        "int heads, float scale) -> Tensor",
+        &rotate_into_cache);
+  m.def("attend_rows(Tensor q, Tensor keys, Tensor values, int length) -> Tensor", &attend_rows);
 }

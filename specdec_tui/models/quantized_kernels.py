@@ -5,7 +5,8 @@ arithmetic (see the source's header), so it is batch-invariant like the fbgemm r
 a verify block of up to five rows costs about what one row does: the weights stream once per call.
 ``int4_linear`` reads 4-bit weights with a scale and minimum per 64 inputs, half the bytes, for a
 draft's memory-bound steps. ``rms_norm`` is the norm between them in one call instead of PyTorch's
-ten small ops.
+ten small ops, and ``rotate_into_cache`` + ``attend_rows`` are a decode step's attention in two calls
+instead of about twenty; each row of them is computed on its own, so they are batch-invariant too.
 
 It is compiled with the system's C++ compiler against the installed torch and cached under the
 user cache directory, keyed by the source, torch and compiler. Without a compiler or AVX2, or if

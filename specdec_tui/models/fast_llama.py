@@ -144,7 +144,7 @@ class KernelAttention(Attention):
 
 
 def attention(heads: int, kv_heads: int, head_dim: int) -> Attention:
-    if quantized_kernels.available() and head_dim % 8 == 0:
+    if quantized_kernels.available() and head_dim in quantized_kernels.ATTENTION_HEAD_SIZES:
         return KernelAttention(heads, kv_heads, head_dim)
     return Attention(heads, kv_heads, head_dim)
 

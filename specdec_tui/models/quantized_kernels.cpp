@@ -378,25 +378,64 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
 }
 
+// A key's score is the sum of its lanes, always as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)): the
+// eight-key path below adds in that order too, so a score does not depend on which path took it.
 float lanes_sum(__m256 v) {
   alignas(32) float parts[8];
   _mm256_store_ps(parts, v);
   return ((parts[0] + parts[1]) + (parts[2] + parts[3])) + ((parts[4] + parts[5]) + (parts[6] + parts[7]));
 }
 
-// One query head over keys and values [stop, D] (D a multiple of 8): softmax(q k^T) v into out.
-void attend_one(const float* q, const float* keys, const float* values, int64_t stop, int64_t dim, float* scores,
-                float* out) {
+// C (the head size / 8) is a template parameter: with it known, the loops over a head unroll,
+// which halves the attention's time.
+template <int C>
+inline __m256 dot_lanes(const float* q, const float* key) {
+  __m256 dot = _mm256_setzero_ps();
+  for (int d = 0; d < 8 * C; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(key + d), dot);
+  return dot;
+}
+
+// The scores of eight consecutive keys [8, D], each reduced as lanes_sum does.
+template <int C>
+inline __m256 eight_dots(const float* q, const float* keys) {
+  __m256 d[8];
+  for (int j = 0; j < 8; ++j) d[j] = dot_lanes<C>(q, keys + j * 8 * C);
+  // hadd pairs neighbouring lanes: after two rounds each 128-bit half holds (0+1)+(2+3) or
+  // (4+5)+(6+7) of four keys, and the last add joins the halves.
+  const __m256 pairs03 = _mm256_hadd_ps(_mm256_hadd_ps(d[0], d[1]), _mm256_hadd_ps(d[2], d[3]));
+  const __m256 pairs47 = _mm256_hadd_ps(_mm256_hadd_ps(d[4], d[5]), _mm256_hadd_ps(d[6], d[7]));
+  const __m256 low = _mm256_permute2f128_ps(pairs03, pairs47, 0x20);
+  const __m256 high = _mm256_permute2f128_ps(pairs03, pairs47, 0x31);
+  return _mm256_add_ps(low, high);
+}
+
+// out[0 : 8C] = inverse * sum over t of weights[t] * values[t, 0 : 8C]: C independent sums, so
+// the loop runs at the FMA units' rate, not their latency.
+template <int C>
+void weighted_sum(const float* weights, const float* values, int64_t stop, int64_t dim, float inverse, float* out) {
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t t = 0; t < stop; ++t) {
-    const float* key = keys + t * dim;
-    __m256 dot = _mm256_setzero_ps();
-    for (int64_t d = 0; d < dim; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(key + d), dot);
-    scores[t] = lanes_sum(dot);
+    const __m256 weight = _mm256_set1_ps(weights[t]);
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(values + t * dim + 8 * c), acc[c]);
   }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(acc[c], _mm256_set1_ps(inverse)));
+}
+
+// One query head over keys and values [stop, 8C]: softmax(q k^T) v into out.
+template <int C>
+void attend_one(const float* q, const float* keys, const float* values, int64_t stop, float* scores, float* out) {
+  constexpr int64_t dim = 8 * C;
+  int64_t t = 0;
+  for (; t + 8 <= stop; t += 8) _mm256_storeu_ps(scores + t, eight_dots<C>(q, keys + t * dim));
+  for (; t < stop; ++t) scores[t] = lanes_sum(dot_lanes<C>(q, keys + t * dim));
   const int64_t padded = (stop + 7) / 8 * 8;
-  float peak = scores[0];
-  for (int64_t t = 1; t < stop; ++t) peak = std::max(peak, scores[t]);
   std::fill(scores + stop, scores + padded, -std::numeric_limits<float>::infinity());
+  __m256 peaks = _mm256_loadu_ps(scores);
+  for (t = 8; t < padded; t += 8) peaks = _mm256_max_ps(peaks, _mm256_loadu_ps(scores + t));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, peaks);
+  const float peak = *std::max_element(lanes, lanes + 8);
   __m256 total = _mm256_setzero_ps();
   const __m256 shift = _mm256_set1_ps(peak);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -408,12 +447,23 @@ void attend_one(const float* q, const float* keys, const float* values, int64_t 
     total = _mm256_add_ps(total, e);
   }
   const float inverse = 1.0f / lanes_sum(total);
-  for (int64_t d = 0; d < dim; d += 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t t = 0; t < stop; ++t)
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(scores[t]), _mm256_loadu_ps(values + t * dim + d), acc);
-    _mm256_storeu_ps(out + d, _mm256_mul_ps(acc, _mm256_set1_ps(inverse)));
-  }
+  // At most eight sums at a time: sixteen would not leave a register for the weight.
+  for (int64_t d = 0; d < dim; d += 64) weighted_sum<std::min(C, 8)>(scores, values + d, stop, dim, inverse, out + d);
+}
+
+template <int C>
+void attend_heads(const float* query, const float* k, const float* v, int64_t length, int64_t rows, int64_t heads,
+                  int64_t kv_heads, int64_t capacity, float* o) {
+  constexpr int64_t dim = 8 * C;
+  const int64_t groups = heads / kv_heads;
+  at::parallel_for(0, rows * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores((length + rows + 7) / 8 * 8);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t m = item / heads, g = item % heads / groups;
+      attend_one<C>(query + item * dim, k + g * capacity * dim, v + g * capacity * dim, length + m + 1, scores.data(),
+                    o + item * dim);
+    }
+  });
 }
 
 // q [M, H, D] (rotated and scaled) of the rows at length .. length + M - 1, whose keys and values are
@@ -426,22 +476,21 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
               "attend_rows: keys and values must be matching contiguous [kv_heads, capacity, dim] float32");
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t kv_heads = keys.size(0), capacity = keys.size(1);
-  TORCH_CHECK(keys.size(2) == dim && dim % 8 == 0 && heads % kv_heads == 0, "attend_rows: head shapes do not match");
+  TORCH_CHECK(keys.size(2) == dim && heads % kv_heads == 0, "attend_rows: head shapes do not match");
+  TORCH_CHECK(dim == 16 || dim == 32 || dim == 64 || dim == 128, "attend_rows: head size ", dim,
+              " is not one of 16, 32, 64, 128");
   TORCH_CHECK(length >= 0 && length + rows <= capacity, "attend_rows: the cache is too short");
   at::Tensor out = at::empty({rows, heads * dim}, q.options());
   const float* query = q.data_ptr<float>();
   const float* k = keys.data_ptr<float>();
   const float* v = values.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  const int64_t groups = heads / kv_heads;
-  at::parallel_for(0, rows * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores((length + rows + 7) / 8 * 8);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t m = item / heads, h = item % heads, g = h / groups;
-      attend_one(query + item * dim, k + g * capacity * dim, v + g * capacity * dim, length + m + 1, dim,
-                 scores.data(), o + item * dim);
-    }
-  });
+  switch (dim) {
+    case 16: attend_heads<2>(query, k, v, length, rows, heads, kv_heads, capacity, o); break;
+    case 32: attend_heads<4>(query, k, v, length, rows, heads, kv_heads, capacity, o); break;
+    case 64: attend_heads<8>(query, k, v, length, rows, heads, kv_heads, capacity, o); break;
+    default: attend_heads<16>(query, k, v, length, rows, heads, kv_heads, capacity, o); break;
+  }
   return out;
 }
 

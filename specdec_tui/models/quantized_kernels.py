@@ -34,6 +34,7 @@ INT8_COLUMNS = 16  # kBlockColumns in the source
 INT8_GROUP = 4  # kGroup in the source
 INT4_COLUMNS = 8  # kInt4Columns in the source
 INT4_GROUP = 64  # kInt4Group in the source
+ATTENTION_HEAD_SIZES = (16, 32, 64, 128)  # the head sizes attend_rows is compiled for
 BUILD_SECONDS = 300
 
 _lock = threading.Lock()

@@ -189,7 +189,9 @@ void int4_block(const uint8_t* weights, const uint16_t* scales, const uint16_t* 
   for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* w = weights + g * (kInt4Group / 2) * kInt4Columns;
-    _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes), _MM_HINT_T0);
+    // A group is four cache lines; fetching only the first ahead was slower than fetching none.
+    for (int line = 0; line < 4; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes + 64 * line), _MM_HINT_T0);
     __m256i dot[R];
     for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {

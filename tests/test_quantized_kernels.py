@@ -15,7 +15,16 @@ from hypothesis import strategies as st
 from torch import nn
 
 from specdec_tui.models import quantized_kernels
-from specdec_tui.models.fast_llama import Attention, KernelAttention, KernelRmsNorm, RmsNorm, attention
+from specdec_tui.models.fast_llama import (
+    Attention,
+    KernelAttention,
+    KernelRmsNorm,
+    KernelSwiGlu,
+    RmsNorm,
+    SwiGlu,
+    attention,
+    swiglu,
+)
 from specdec_tui.models.precision import (
     DynamicInt8Linear,
     PackedInt4Linear,
@@ -217,7 +226,23 @@ def test_a_softmax_over_far_apart_scores_gives_the_far_ones_no_weight():
     assert torch.equal(out[0], values[0, 2])
 
 
-def test_the_runner_uses_the_kernel_attention_where_it_can():
+def test_the_runner_uses_the_kernel_attention_and_swiglu_where_it_can():
     kernel = quantized_kernels.available()
     assert isinstance(attention(4, 2, 16), KernelAttention) == kernel
     assert type(attention(4, 2, 24)) is Attention  # the kernel is compiled for a few head sizes only
+    assert isinstance(swiglu(64), KernelSwiGlu) == kernel
+    assert type(swiglu(60)) is SwiGlu  # the kernel works in whole 8-lane vectors
+
+
+@needs_kernels
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 8), width=st.sampled_from([8, 64, 136]), spread=st.sampled_from([0.1, 5.0, 120.0]),
+       seed=st.integers(0, 2**16))
+def test_the_kernel_swiglu_is_pytorchs_to_rounding_and_the_same_for_any_number_of_rows(
+    rows: int, width: int, spread: float, seed: int
+):
+    torch.manual_seed(seed)
+    gate_up = torch.randn(rows, 2 * width) * spread
+    out = KernelSwiGlu(width)(gate_up)
+    assert torch.allclose(out, SwiGlu(width)(gate_up), rtol=1e-5, atol=1e-30)
+    assert torch.equal(out, torch.cat([KernelSwiGlu(width)(gate_up[i : i + 1]) for i in range(rows)]))

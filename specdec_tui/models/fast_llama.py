@@ -5,7 +5,7 @@ runner takes the same weights and does one decode step with few calls: fused q/k
 projections, a preallocated KV cache, rotary tables, and attention computed one query row at a
 time. Row-at-a-time attention plus row-wise int8 linears make a verify block compute bit for bit
 what single steps compute (see ``precision`` and ``attention``). Where the package's kernels build,
-each norm and each layer's attention of a short block are single calls of them (``quantized_kernels``).
+each norm, each SwiGLU and each attention of a short block is one call of them (``quantized_kernels``).
 
 ``head_tokens`` keeps only the first N rows of the output head plus the special tokens, a cheaper
 head for a draft (Qwen's BPE ids are in merge order, so low ids are the frequent ones); the other
@@ -149,22 +149,42 @@ def attention(heads: int, kv_heads: int, head_dim: int) -> Attention:
     return Attention(heads, kv_heads, head_dim)
 
 
+class SwiGlu(nn.Module):
+    """silu(gate) * up, where gate and up are the two halves of each row of the gate/up projection."""
+
+    def __init__(self, intermediate: int) -> None:
+        super().__init__()
+        self.intermediate = intermediate
+
+    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
+
+
+class KernelSwiGlu(SwiGlu):
+    """The same in one call of the package's kernels instead of four ops."""
+
+    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return torch.ops.specdec.silu_mul(gate_up)
+
+
+def swiglu(intermediate: int) -> SwiGlu:
+    return KernelSwiGlu(intermediate) if quantized_kernels.available() and intermediate % 8 == 0 else SwiGlu(intermediate)
+
+
 class DecoderLayer(nn.Module):
     """One pre-norm attention + SwiGLU block over new rows; their keys and values go into a cache."""
 
     def __init__(self, linears: list[nn.Module], norms: tuple[RmsNorm, RmsNorm], attention: Attention,
-                 intermediate: int) -> None:
+                 activation: SwiGlu) -> None:
         super().__init__()
         self.qkv, self.out_proj, self.gate_up, self.down = linears
         self.norm_in, self.norm_post = norms
-        self.attention = attention
-        self.intermediate = intermediate
+        self.attention, self.activation = attention, activation
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
                 values: torch.Tensor, length: int) -> torch.Tensor:
         x = x + self.out_proj(self.attention(self.qkv(self.norm_in(x)), cos, sin, keys, values, length))
-        gu = self.gate_up(self.norm_post(x))
-        return x + self.down(F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :])
+        return x + self.down(self.activation(self.gate_up(self.norm_post(x))))
 
 
 class LayerStack(nn.Module):
@@ -219,7 +239,7 @@ class FastLlama:
             DecoderLayer(
                 packed[4 * i : 4 * i + 4],
                 (rms_norm(layer.input_layernorm.weight, self.eps), rms_norm(layer.post_attention_layernorm.weight, self.eps)),
-                attention(self.heads, self.kv_heads, self.head_dim), layer.mlp.gate_proj.out_features,
+                attention(self.heads, self.kv_heads, self.head_dim), swiglu(layer.mlp.gate_proj.out_features),
             )
             for i, layer in enumerate(decoder.layers)
         ]

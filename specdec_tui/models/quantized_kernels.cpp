@@ -1,6 +1,6 @@
 // Quantized linear layers for AVX2 CPUs, registered as torch.ops.specdec.int8_linear and int4_linear,
-// the RMS norm between them (rms_norm), and the attention of a few new rows (rotate_into_cache,
-// attend_rows).
+// the RMS norm between them (rms_norm), the attention of a few new rows (rotate_into_cache,
+// attend_rows) and SwiGLU's silu(gate) * up (silu_mul).
 //
 // int8_linear: each activation row is quantized on its own (scale = row's absolute maximum / 63,
 // values stored as q + 64 in [1, 127]) and multiplied by int8 weights in exact 32-bit integer
@@ -496,6 +496,33 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
   return out;
 }
 
+// ---- SwiGLU between gate_up and down: silu(gate) * up, gate and up the two halves of each row ----
+
+at::Tensor silu_mul(const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.scalar_type() == at::kFloat && gate_up.size(1) % 16 == 0,
+              "silu_mul: gate_up must be a [rows, 2 * width] float32 tensor, width a multiple of 8");
+  const at::Tensor input = gate_up.contiguous();
+  const int64_t rows = input.size(0), width = input.size(1) / 2;
+  at::Tensor out = at::empty({rows, width}, input.options());
+  const float* in = input.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* gate = in + m * 2 * width;
+    const float* up = gate + width;
+    for (int64_t k = 0; k < width; k += 8) {
+      const __m256 g = _mm256_loadu_ps(gate + k);
+      // sigmoid(g) from e = e^-|g| <= 1: 1 / (1 + e) for g >= 0, e / (1 + e) below.
+      const __m256 e = exp_nonpositive(_mm256_or_ps(g, sign));
+      const __m256 numerator = _mm256_blendv_ps(one, e, g);  // g's sign bit picks e
+      const __m256 sigmoid = _mm256_div_ps(numerator, _mm256_add_ps(one, e));
+      _mm256_storeu_ps(o + m * width + k, _mm256_mul_ps(_mm256_mul_ps(g, sigmoid), _mm256_loadu_ps(up + k)));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(specdec, m) {
@@ -508,4 +535,5 @@ TORCH_LIBRARY(specdec, m) {
         "int heads, float scale) -> Tensor",
         &rotate_into_cache);
   m.def("attend_rows(Tensor q, Tensor keys, Tensor values, int length) -> Tensor", &attend_rows);
+  m.def("silu_mul(Tensor gate_up) -> Tensor", &silu_mul);
 }

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from specdec_tui.models import quantized_kernels
-from specdec_tui.models.fast_llama import (
+from specdec_tui.models.layers import (
     Attention,
     KernelAttention,
     KernelRmsNorm,

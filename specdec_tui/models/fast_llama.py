@@ -5,7 +5,7 @@ runner takes the same weights and does one decode step with few calls: fused q/k
 projections, a preallocated KV cache, rotary tables, and attention computed one query row at a
 time. Row-at-a-time attention plus row-wise int8 linears make a verify block compute bit for bit
 what single steps compute (see ``precision`` and ``attention``). Where the package's kernels build,
-each norm, each SwiGLU and each attention of a short block is one call of them (``quantized_kernels``).
+each norm, each SwiGLU and each attention of a short block is one call of them (``layers``).
 
 ``head_tokens`` keeps only the first N rows of the output head plus the special tokens, a cheaper
 head for a draft (Qwen's BPE ids are in merge order, so low ids are the frequent ones); the other
@@ -19,12 +19,10 @@ its weights.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from specdec_tui.models import quantized_kernels
-from specdec_tui.models.attention import MAX_ROWS
+from specdec_tui.models.layers import Attention, RmsNorm, SwiGlu, attention, rms_norm, swiglu
 from specdec_tui.models.precision import PackProgress, pack_linears
 from specdec_tui.models.scripting import scripted
 
@@ -60,115 +58,6 @@ def _head_rows(head: nn.Linear, rows: torch.Tensor) -> nn.Linear:
     if head.bias is not None:
         subset.bias.data = head.bias.detach().float()[rows]
     return subset
-
-
-class RmsNorm(nn.Module):
-    """RMS norm over the last dimension, in PyTorch's ops."""
-
-    def __init__(self, weight: torch.Tensor, eps: float) -> None:
-        super().__init__()
-        self.weight, self.eps = weight.detach().float().contiguous(), eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, [self.weight.shape[0]], self.weight, self.eps)
-
-
-class KernelRmsNorm(RmsNorm):
-    """The same norm in one call of the package's kernel; PyTorch's takes about ten small ops."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.specdec.rms_norm(x, self.weight, self.eps)
-
-
-def rms_norm(weight: torch.Tensor, eps: float) -> RmsNorm:
-    return KernelRmsNorm(weight, eps) if quantized_kernels.available() else RmsNorm(weight, eps)
-
-
-class Attention(nn.Module):
-    """Self-attention of new rows from their q/k/v projections: rotary, the cache write, and each
-    row over the cache up to itself. In PyTorch's ops."""
-
-    def __init__(self, heads: int, kv_heads: int, head_dim: int) -> None:
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.scale = head_dim ** -0.5
-        self.max_rows = MAX_ROWS  # an attribute: TorchScript reads no globals
-
-    def attend_block(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, length: int) -> torch.Tensor:
-        """A long block (a prompt) in one masked kernel call; ``q`` is (rows, heads, dim), scaled."""
-        rows = q.shape[0]
-        mask = torch.ones(rows, length + rows, dtype=torch.bool).tril(length)
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), keys[:, : length + rows].unsqueeze(0),
-            values[:, : length + rows].unsqueeze(0), attn_mask=mask, scale=1.0, enable_gqa=self.heads > self.kv_heads,
-        )
-        return out[0].transpose(0, 1).reshape(rows, -1)
-
-    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, length: int) -> torch.Tensor:
-        rows = q.shape[0]
-        if rows > self.max_rows:
-            return self.attend_block(q, keys, values, length)
-        groups = self.heads // self.kv_heads
-        outputs: list[torch.Tensor] = []
-        for row in range(rows):
-            # The query heads sharing a key/value head attend as that head's rows: no repeat, no mask.
-            stop = length + row + 1
-            packed = q[row].view(self.kv_heads, groups, self.head_dim)
-            scores = torch.bmm(packed, keys[:, :stop].transpose(1, 2))
-            outputs.append(torch.bmm(torch.softmax(scores, dim=-1), values[:, :stop]).view(1, -1))
-        return outputs[0] if rows == 1 else torch.cat(outputs)
-
-    def forward(self, projected: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
-                values: torch.Tensor, length: int) -> torch.Tensor:
-        rows = projected.shape[0]
-        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        # Rotate queries and keys in one go: their heads sit side by side in the projection.
-        qk = projected[:, : q_width + kv_width].view(rows, self.heads + self.kv_heads, self.head_dim)
-        qk = qk * cos + qk.roll(self.head_dim // 2, dims=-1) * sin
-        v = projected[:, q_width + kv_width :].view(rows, self.kv_heads, self.head_dim)
-        keys[:, length : length + rows] = qk[:, self.heads :].transpose(0, 1)
-        values[:, length : length + rows] = v.transpose(0, 1)
-        return self.attend(qk[:, : self.heads] * self.scale, keys, values, length)
-
-
-class KernelAttention(Attention):
-    """The same attention in two calls of the package's kernels instead of about twenty small ops
-    per layer; a prompt's long block still takes the masked kernel."""
-
-    def forward(self, projected: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
-                values: torch.Tensor, length: int) -> torch.Tensor:
-        q = torch.ops.specdec.rotate_into_cache(projected, cos, sin, keys, values, length, self.heads, self.scale)
-        if q.shape[0] > self.max_rows:
-            return self.attend_block(q, keys, values, length)
-        return torch.ops.specdec.attend_rows(q, keys, values, length)
-
-
-def attention(heads: int, kv_heads: int, head_dim: int) -> Attention:
-    if quantized_kernels.available() and head_dim in quantized_kernels.ATTENTION_HEAD_SIZES:
-        return KernelAttention(heads, kv_heads, head_dim)
-    return Attention(heads, kv_heads, head_dim)
-
-
-class SwiGlu(nn.Module):
-    """silu(gate) * up, where gate and up are the two halves of each row of the gate/up projection."""
-
-    def __init__(self, intermediate: int) -> None:
-        super().__init__()
-        self.intermediate = intermediate
-
-    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
-
-
-class KernelSwiGlu(SwiGlu):
-    """The same in one call of the package's kernels instead of four ops."""
-
-    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return torch.ops.specdec.silu_mul(gate_up)
-
-
-def swiglu(intermediate: int) -> SwiGlu:
-    return KernelSwiGlu(intermediate) if quantized_kernels.available() and intermediate % 8 == 0 else SwiGlu(intermediate)
 
 
 class DecoderLayer(nn.Module):

@@ -441,7 +441,7 @@ void attend_one(const float* q, const float* keys, const float* values, int64_t 
   __m256 total = _mm256_setzero_ps();
   const __m256 shift = _mm256_set1_ps(peak);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t t = 0; t < padded; t += 8) {
+  for (t = 0; t < padded; t += 8) {
     // Lanes past stop get e^-87 from the clamp: zero them so they add nothing.
     const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(stop - t), lane));
     const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + t), shift)), live);
@@ -478,7 +478,7 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
               "attend_rows: keys and values must be matching contiguous [kv_heads, capacity, dim] float32");
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t kv_heads = keys.size(0), capacity = keys.size(1);
-  TORCH_CHECK(keys.size(2) == dim && heads % kv_heads == 0, "attend_rows: head shapes do not match");
+  TORCH_CHECK(keys.size(2) == dim && kv_heads > 0 && heads % kv_heads == 0, "attend_rows: head shapes do not match");
   TORCH_CHECK(dim == 16 || dim == 32 || dim == 64 || dim == 128, "attend_rows: head size ", dim,
               " is not one of 16, 32, 64, 128");
   TORCH_CHECK(length >= 0 && length + rows <= capacity, "attend_rows: the cache is too short");

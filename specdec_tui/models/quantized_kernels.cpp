@@ -322,23 +322,30 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 // A row's numbers depend only on its own query and the keys and values before it, computed in a
 // fixed order, so a verify block's rows equal single steps bit for bit (as the linears above).
 
+// The checks both attention ops make of the cache: matching contiguous [kv_heads, capacity, dim]
+// float tensors with room for the new rows at length .. length + rows - 1.
+void check_cache(const char* op, const at::Tensor& keys, const at::Tensor& values, int64_t length, int64_t rows) {
+  TORCH_CHECK(keys.dim() == 3 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes() &&
+                  keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat,
+              op, ": keys and values must be matching contiguous [kv_heads, capacity, dim] float32");
+  TORCH_CHECK(length >= 0 && length + rows <= keys.size(1), op, ": the cache is too short");
+}
+
 // qkv [M, (H + 2G) * D] projections; cos and sin [M, D], sin signed so that
 // rotate(x) = x * cos + roll(x, D / 2) * sin; keys and values [G, capacity, D], the new rows written
 // at length .. length + M - 1. Returns the rotated queries times scale, [M, H, D].
 at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, at::Tensor keys,
                              at::Tensor values, int64_t length, int64_t heads, double scale) {
-  TORCH_CHECK(keys.dim() == 3 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes() &&
-                  keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat,
-              "rotate_into_cache: keys and values must be matching contiguous [kv_heads, capacity, dim] float32");
-  const int64_t kv_heads = keys.size(0), capacity = keys.size(1), dim = keys.size(2), half = dim / 2;
   const at::Tensor projected = qkv.contiguous(), c = cos.contiguous(), s = sin.contiguous();
-  const int64_t rows = projected.size(0), width = (heads + 2 * kv_heads) * dim;
+  const int64_t rows = projected.size(0);
+  check_cache("rotate_into_cache", keys, values, length, rows);
+  const int64_t kv_heads = keys.size(0), capacity = keys.size(1), dim = keys.size(2), half = dim / 2;
+  const int64_t width = (heads + 2 * kv_heads) * dim;
   TORCH_CHECK(projected.dim() == 2 && projected.scalar_type() == at::kFloat && projected.size(1) == width,
               "rotate_into_cache: qkv must be [rows, (heads + 2 * kv_heads) * dim] float32");
   TORCH_CHECK(c.numel() == rows * dim && s.numel() == rows * dim && c.scalar_type() == at::kFloat &&
                   s.scalar_type() == at::kFloat && dim % 2 == 0,
               "rotate_into_cache: cos and sin must hold rows * dim float32 values");
-  TORCH_CHECK(length >= 0 && length + rows <= capacity, "rotate_into_cache: the cache is too short");
   at::Tensor q = at::empty({rows, heads, dim}, projected.options());
   const float* in = projected.data_ptr<float>();
   float* k_cache = keys.data_ptr<float>();
@@ -473,15 +480,12 @@ void attend_heads(const float* query, const float* k, const float* v, int64_t le
 at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t length) {
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(),
               "attend_rows: q must be a contiguous [rows, heads, dim] float32 tensor");
-  TORCH_CHECK(keys.dim() == 3 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes() &&
-                  keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat,
-              "attend_rows: keys and values must be matching contiguous [kv_heads, capacity, dim] float32");
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
+  check_cache("attend_rows", keys, values, length, rows);
   const int64_t kv_heads = keys.size(0), capacity = keys.size(1);
   TORCH_CHECK(keys.size(2) == dim && kv_heads > 0 && heads % kv_heads == 0, "attend_rows: head shapes do not match");
   TORCH_CHECK(dim == 16 || dim == 32 || dim == 64 || dim == 128, "attend_rows: head size ", dim,
               " is not one of 16, 32, 64, 128");
-  TORCH_CHECK(length >= 0 && length + rows <= capacity, "attend_rows: the cache is too short");
   at::Tensor out = at::empty({rows, heads * dim}, q.options());
   const float* query = q.data_ptr<float>();
   const float* k = keys.data_ptr<float>();

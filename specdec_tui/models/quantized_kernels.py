@@ -11,7 +11,7 @@ instead of about twenty; each row of them is computed on its own, so they are ba
 It is compiled with the system's C++ compiler against the installed torch and cached under the
 user cache directory, keyed by the source, torch and compiler. Without a compiler or AVX2, or if
 anything in the build fails, ``available()`` is False (with a one-line warning) and callers use
-fbgemm's kernels and PyTorch's norm instead.
+fbgemm's kernels and PyTorch's norm, attention and SwiGLU instead.
 """
 
 from __future__ import annotations
@@ -127,7 +127,6 @@ def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     column_scales[:out_features] = scales
     column_sums = padded.sum(dim=1, dtype=torch.int32)
     return blocks, column_scales, column_sums
-
 
 
 def pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

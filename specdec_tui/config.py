@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -33,6 +33,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from specdec_tui.engine.modes import DRAFTER_MODES, check_mode
 from specdec_tui.models.presets import DEFAULT_DRAFT, DEFAULT_TARGET
 
 APP = "specdec-tui"
@@ -70,7 +71,7 @@ class ModelSettings(BaseModel):
 class DecodingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    drafter: Literal["model", "prompt-lookup", "hybrid"] = Field("hybrid", description="who drafts")
+    drafter: str = Field("hybrid", description=f"who drafts: {', '.join(DRAFTER_MODES)}")
     k: int = Field(4, ge=1, le=32, description="tokens drafted per step")
     tau: float = Field(1.0, gt=0.0, le=1.0, description="1 = lossless; lower accepts more drafts")
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
@@ -79,6 +80,11 @@ class DecodingSettings(BaseModel):
     seed: int | None = Field(0, description="sampling seed; empty for a fresh one each reply")
     adaptive_k: bool = Field(True, description="draft fewer than K tokens when that is faster (never more)")
     draft_min_confidence: float = Field(0.0, ge=0.0, le=1.0, description="stop drafting below this")
+
+    @field_validator("drafter")
+    @classmethod
+    def _known_drafter(cls, name: str) -> str:
+        return check_mode(name, DRAFTER_MODES)
 
 
 class ChatSettings(BaseModel):
@@ -201,7 +207,8 @@ def _describe(exc: ValidationError, origins: Mapping[str, str]) -> str:
     if error["type"] == "extra_forbidden":
         return f"unknown setting {key} (from {origins.get(key, _env_or_cli(key))})"
     got = error.get("input")
-    return f"{key} = {got!r} (from {origins.get(key, 'default')}): {error['msg'].lower()}"
+    why = error["msg"].removeprefix("Value error, ")  # a validator's own message reads as it is
+    return f"{key} = {got!r} (from {origins.get(key, 'default')}): {why[0].lower()}{why[1:]}"
 
 
 def _env_or_cli(key: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from specdec_tui.engine.decoder import (
     SpeculativeDecoder,
     StepEvent,
 )
-from specdec_tui.engine.drafters import Draft, Sampler
+from specdec_tui.engine.drafters import Draft, ModelDrafter, Sampler
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.fast_llama import FastLlama
@@ -29,6 +30,11 @@ from specdec_tui.models.precision import BATCH_INVARIANT
 
 # Raw text whose end repeats its start, so prompt lookup finds something to propose.
 PROMPT = tiny_tokenizer().encode("def add(a, b):\n    return a + b\n\ndef add(a, b):")
+
+
+def fixed(**values: object) -> DecodeParams:
+    """Decoding at a fixed K: adaptive K follows measured speed, which tests must not depend on."""
+    return DecodeParams(adaptive_k=False, **values)  # type: ignore[arg-type]
 
 
 def run(engine: Engine, mode: str, params: DecodeParams, prompt_ids: Sequence[int] = PROMPT,
@@ -48,7 +54,7 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     # Fixed K: on tiny models the draft costs as much as the target, so adaptive K would back off
     # to one-token drafts and the longer blocks these tests are about would never be verified.
     arch, fast = request.param
-    return tiny_engine(arch, eos_ids=frozenset(), fast=fast, adaptive=False)
+    return tiny_engine(arch, eos_ids=frozenset(), fast=fast)
 
 
 def longest_draft(engine: Engine, mode: str, params: DecodeParams) -> tuple[tuple[int, ...], int]:
@@ -59,11 +65,11 @@ def longest_draft(engine: Engine, mode: str, params: DecodeParams) -> tuple[tupl
 
 @pytest.mark.parametrize("mode", ["model", "prompt-lookup", "hybrid"])
 def test_greedy_speculation_is_token_identical_to_target_only_for_k_1_to_8(engine: Engine, mode: str):
-    reference = run(engine, "target", DecodeParams(k=1, max_new_tokens=48)).token_ids
+    reference = run(engine, "target", fixed(k=1, max_new_tokens=48)).token_ids
     assert len(reference) == 48
     longest = []
     for k in range(1, 9):
-        tokens, drafted = longest_draft(engine, mode, DecodeParams(k=k, max_new_tokens=48))
+        tokens, drafted = longest_draft(engine, mode, fixed(k=k, max_new_tokens=48))
         assert tokens == reference, f"k={k}"
         longest.append(drafted)
     if mode == "prompt-lookup":
@@ -82,17 +88,17 @@ def test_adaptive_k_keeps_greedy_output_identical(mode: str):
 
 @pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
 def test_int8_target_stays_lossless(arch: str, int8_kernels: str):
-    engine = tiny_engine(arch, precision="int8", adaptive=False)
-    reference = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
+    engine = tiny_engine(arch, precision="int8")
+    reference = run(engine, "target", fixed(max_new_tokens=40)).token_ids
     for k in (2, 5, 8):
-        assert run(engine, "model", DecodeParams(k=k, max_new_tokens=40)).token_ids == reference
+        assert run(engine, "model", fixed(k=k, max_new_tokens=40)).token_ids == reference
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
 def test_an_int4_draft_keeps_the_int8_target_lossless(arch: str):
-    engine = tiny_engine(arch, precision="int8", draft_precision="int4", adaptive=False)
-    reference = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
-    speculated = run(engine, "model", DecodeParams(k=4, max_new_tokens=40))
+    engine = tiny_engine(arch, precision="int8", draft_precision="int4")
+    reference = run(engine, "target", fixed(max_new_tokens=40)).token_ids
+    speculated = run(engine, "model", fixed(k=4, max_new_tokens=40))
     assert speculated.token_ids == reference
     assert speculated.summary.accepted > 0  # the 4-bit draft still agrees with its target
 
@@ -141,7 +147,7 @@ def test_rollback_after_rejection_scores_like_a_fresh_cache(arch: str, fast: boo
 
 
 def test_draft_cache_follows_the_accepted_context(engine: Engine):
-    finished = run(engine, "model", DecodeParams(k=4, max_new_tokens=30))
+    finished = run(engine, "model", fixed(k=4, max_new_tokens=30))
     assert engine.draft is not None
     context = [*PROMPT, *finished.token_ids]
     # The draft cache holds a prefix of the accepted context plus at most k-1 drafts of the last
@@ -152,7 +158,7 @@ def test_draft_cache_follows_the_accepted_context(engine: Engine):
 
 
 def test_tokens_are_labelled_by_origin_and_counted(engine: Engine):
-    events = list(engine.generate(PROMPT, DecodeParams(k=4, max_new_tokens=40), "model"))
+    events = list(engine.generate(PROMPT, fixed(k=4, max_new_tokens=40), "model"))
     steps = [e for e in events if isinstance(e, StepEvent)]
     summary = events[-1].summary
     for step in steps:
@@ -172,7 +178,7 @@ def test_tokens_are_labelled_by_origin_and_counted(engine: Engine):
 
 @pytest.mark.parametrize("k,limit", [(4, 7), (8, 3), (1, 5), (6, 1)])
 def test_max_new_tokens_is_respected_exactly(engine: Engine, k: int, limit: int):
-    finished = run(engine, "model", DecodeParams(k=k, max_new_tokens=limit))
+    finished = run(engine, "model", fixed(k=k, max_new_tokens=limit))
     assert len(finished.token_ids) == limit
     assert finished.summary.finish_reason == "length"
 
@@ -196,13 +202,13 @@ class OracleDrafter:
 
 def test_eos_inside_an_accepted_block_ends_the_reply_there():
     engine = tiny_engine("qwen2")
-    greedy = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
+    greedy = run(engine, "target", fixed(max_new_tokens=40)).token_ids
     eos_at = 9
     eos = greedy[eos_at]
     first = greedy.index(eos)
     decoder = SpeculativeDecoder(engine.target, tiny_tokenizer(), frozenset({eos}), 256)
     drafter = OracleDrafter(greedy, len(PROMPT))
-    events = list(decoder.generate(PROMPT, DecodeParams(k=8, max_new_tokens=40), drafter))
+    events = list(decoder.generate(PROMPT, fixed(k=8, max_new_tokens=40), drafter))
     finished = events[-1]
     assert finished.token_ids == greedy[: first + 1]
     assert finished.summary.finish_reason == "eos"
@@ -215,7 +221,7 @@ def test_cancel_between_steps_keeps_the_partial_reply(engine: Engine):
     cancel = threading.Event()
     emitted: list[int] = []
     finished = None
-    for event in engine.generate(PROMPT, DecodeParams(k=3, max_new_tokens=60), "model", cancel):
+    for event in engine.generate(PROMPT, fixed(k=3, max_new_tokens=60), "model", cancel):
         if isinstance(event, StepEvent):
             emitted.extend(t.id for t in event.tokens)
             if len(emitted) >= 5:
@@ -230,24 +236,25 @@ def test_cancel_between_steps_keeps_the_partial_reply(engine: Engine):
 
 def test_prompt_longer_than_the_context_is_a_clear_error(engine: Engine):
     with pytest.raises(PromptTooLongError, match="300 tokens .* context holds 256"):
-        next(engine.generate([5] * 300, DecodeParams(), "model"))
+        next(engine.generate([5] * 300, fixed(), "model"))
 
 
 def test_generation_stops_at_the_context_limit(engine: Engine):
-    finished = run(engine, "model", DecodeParams(k=4, max_new_tokens=100), prompt_ids=[5] * 240)
+    finished = run(engine, "model", fixed(k=4, max_new_tokens=100), prompt_ids=[5] * 240)
     assert len(finished.token_ids) == 16
     assert finished.summary.finish_reason == "context"
 
 
 def test_tau_below_one_accepts_at_least_as_many_on_the_same_block():
     # Fixed K: adaptive K follows measured speed, which would make the runs below timing-dependent.
-    engine = tiny_engine("qwen2", noise=0.1, adaptive=False)
+    engine = tiny_engine("qwen2", noise=0.1)
     sampler = Sampler(0.0, 1.0, torch.Generator())
-    assert engine.model_drafter is not None
+    drafter = engine.drafter("model", fixed())
+    assert isinstance(drafter, ModelDrafter)
     more = 0
     for cut in range(len(PROMPT) - 8, len(PROMPT)):
         context = PROMPT[:cut]
-        draft = engine.model_drafter.propose(context, 6, sampler)
+        draft = drafter.propose(context, 6, sampler)
         logits = engine.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1)
         drafts = torch.tensor(draft.tokens)
         strict = greedy_verdict(drafts, logits, 1.0).accepted
@@ -257,30 +264,30 @@ def test_tau_below_one_accepts_at_least_as_many_on_the_same_block():
     assert more > 0
     # Over a whole reply the contexts diverge once a lenient step accepts more, so only the
     # per-block comparison above is a theorem; the reply-level one is checked on a fixed input.
-    run_strict = run(engine, "model", DecodeParams(k=6, tau=1.0, max_new_tokens=40)).summary
-    run_lenient = run(engine, "model", DecodeParams(k=6, tau=0.3, max_new_tokens=40)).summary
+    run_strict = run(engine, "model", fixed(k=6, tau=1.0, max_new_tokens=40)).summary
+    run_lenient = run(engine, "model", fixed(k=6, tau=0.3, max_new_tokens=40)).summary
     assert run_lenient.accepted >= run_strict.accepted
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
 def test_same_seed_gives_the_same_sampled_reply_at_fixed_k(arch: str):
     # Adaptive K draws on measured speed, so only a fixed K makes a seeded sample repeatable.
-    engine = tiny_engine(arch, eos_ids=frozenset(), adaptive=False)
-    params = DecodeParams(k=3, temperature=0.9, top_p=0.95, max_new_tokens=30, seed=7)
+    engine = tiny_engine(arch, eos_ids=frozenset())
+    params = fixed(k=3, temperature=0.9, top_p=0.95, max_new_tokens=30, seed=7)
     first = run(engine, "model", params).token_ids
     assert run(engine, "model", params).token_ids == first
-    assert run(engine, "model", DecodeParams(**{**params.__dict__, "seed": 8})).token_ids != first
+    assert run(engine, "model", replace(params, seed=8)).token_ids != first
 
 
 def test_a_new_turn_reuses_the_cache_and_matches_a_fresh_engine():
-    engine = tiny_engine("llama", eos_ids=frozenset(), adaptive=False)
-    first = run(engine, "model", DecodeParams(k=4, max_new_tokens=12))
+    engine = tiny_engine("llama", eos_ids=frozenset())
+    first = run(engine, "model", fixed(k=4, max_new_tokens=12))
     follow_up = [*PROMPT, *first.token_ids, *prompt("and now subtract")]
     reused_before = len(engine.target.ids)
-    second = run(engine, "model", DecodeParams(k=4, max_new_tokens=12), prompt_ids=follow_up)
+    second = run(engine, "model", fixed(k=4, max_new_tokens=12), prompt_ids=follow_up)
     assert reused_before > len(PROMPT)
-    fresh = tiny_engine("llama", eos_ids=frozenset(), adaptive=False)
-    assert run(fresh, "model", DecodeParams(k=4, max_new_tokens=12), prompt_ids=follow_up).token_ids == second.token_ids
+    fresh = tiny_engine("llama", eos_ids=frozenset())
+    assert run(fresh, "model", fixed(k=4, max_new_tokens=12), prompt_ids=follow_up).token_ids == second.token_ids
 
 
 @pytest.mark.parametrize("extra_draft, extra_target", [(16, 0), (0, 16)])
@@ -290,19 +297,19 @@ def test_draft_and_target_logits_of_different_widths(extra_draft: int, extra_tar
     draft = perturbed(tiny_model("qwen2", vocab_size=width + extra_draft), 0.0)
     engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=runner_for(draft, "fp32"),
                     eos_ids=eos_token_ids(target, tiny_tokenizer()), max_context=context_length(target),
-                    vocab_size=target.config.vocab_size, adaptive=False)
-    reference = run(engine, "target", DecodeParams(max_new_tokens=30)).token_ids
+                    vocab_size=target.config.vocab_size)
+    reference = run(engine, "target", fixed(max_new_tokens=30)).token_ids
     for temperature in (0.0, 0.8):
-        finished = run(engine, "model", DecodeParams(k=4, max_new_tokens=30, temperature=temperature))
+        finished = run(engine, "model", fixed(k=4, max_new_tokens=30, temperature=temperature))
         assert all(t < target.config.vocab_size for t in finished.token_ids)
-    assert run(engine, "model", DecodeParams(k=4, max_new_tokens=30)).token_ids == reference
+    assert run(engine, "model", fixed(k=4, max_new_tokens=30)).token_ids == reference
 
 
 def test_draft_min_confidence_shortens_drafts():
-    eager_engine = tiny_engine("qwen2", noise=0.1, adaptive=False)
-    eager = run(eager_engine, "model", DecodeParams(k=8, max_new_tokens=40)).summary
-    cautious_engine = tiny_engine("qwen2", noise=0.1, min_confidence=0.9, adaptive=False)
-    cautious = run(cautious_engine, "model", DecodeParams(k=8, max_new_tokens=40)).summary
+    eager_engine = tiny_engine("qwen2", noise=0.1)
+    eager = run(eager_engine, "model", fixed(k=8, max_new_tokens=40)).summary
+    cautious_engine = tiny_engine("qwen2", noise=0.1)
+    cautious = run(cautious_engine, "model", fixed(k=8, max_new_tokens=40, draft_min_confidence=0.9)).summary
     assert cautious.drafted / cautious.steps < eager.drafted / eager.steps
 
 
@@ -334,12 +341,12 @@ def test_sampled_speculation_matches_target_sampling_statistically(
     target = tiny_model("llama", vocab_size=vocab, layers=1)
     draft = perturbed(target, 0.6, seed=5)  # a draft that disagrees often
     engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=runner_for(draft, "fp32"),
-                    eos_ids=frozenset(), max_context=256, vocab_size=vocab, adaptive=False)
+                    eos_ids=frozenset(), max_context=256, vocab_size=vocab)
     exact = exact_sequence_law(CachedModel(runner_for(target, "fp32")), context, vocab, length, temperature)
     counts = torch.zeros_like(exact)
     longest = 0
     for seed in range(runs):
-        params = DecodeParams(k=2, temperature=temperature, max_new_tokens=length, seed=seed)
+        params = fixed(k=2, temperature=temperature, max_new_tokens=length, seed=seed)
         events = list(engine.generate(context, params, "model"))
         counts[events[-1].token_ids] += 1
         longest = max(longest, *(e.record.drafted for e in events if isinstance(e, StepEvent)))
@@ -350,13 +357,14 @@ def test_sampled_speculation_matches_target_sampling_statistically(
 
 
 def test_the_drafter_reports_how_much_it_had_to_catch_up():
-    engine = tiny_engine("qwen2", eos_ids=frozenset(), adaptive=False)
+    engine = tiny_engine("qwen2", eos_ids=frozenset())
     sampler = Sampler(0.0, 1.0, torch.Generator())
-    assert engine.model_drafter is not None
-    draft = engine.model_drafter.propose(PROMPT, 3, sampler)
-    assert engine.model_drafter.caught_up == len(PROMPT)  # the first draft reads the whole prompt
-    engine.model_drafter.propose([*PROMPT, draft.tokens[0], 7], 3, sampler)
-    assert engine.model_drafter.caught_up == 1  # later ones only what the target added
+    drafter = engine.drafter("model", fixed())
+    assert isinstance(drafter, ModelDrafter)
+    draft = drafter.propose(PROMPT, 3, sampler)
+    assert drafter.caught_up == len(PROMPT)  # the first draft reads the whole prompt
+    drafter.propose([*PROMPT, draft.tokens[0], 7], 3, sampler)
+    assert drafter.caught_up == 1  # later ones only what the target added
 
 
 def test_a_trimmed_draft_head_only_proposes_kept_ids_and_stays_lossless():
@@ -371,8 +379,8 @@ def test_a_trimmed_draft_head_only_proposes_kept_ids_and_stays_lossless():
     trimmed.reset()
     engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=trimmed, eos_ids=frozenset(),
                     max_context=256, vocab_size=target.config.vocab_size)
-    reference = run(engine, "target", DecodeParams(max_new_tokens=40)).token_ids
-    assert run(engine, "model", DecodeParams(k=4, max_new_tokens=40)).token_ids == reference
+    reference = run(engine, "target", fixed(max_new_tokens=40)).token_ids
+    assert run(engine, "model", fixed(k=4, max_new_tokens=40)).token_ids == reference
 
 
 def test_every_mode_teaches_one_verify_cost_table_that_all_drafters_read():
@@ -381,5 +389,7 @@ def test_every_mode_teaches_one_verify_cost_table_that_all_drafters_read():
     assert set(engine.decoder.verify_cost.measured) == {1}  # plain steps: one row each
     run(engine, "model", DecodeParams(k=3, max_new_tokens=8))
     assert max(engine.decoder.verify_cost.measured) > 1
-    policies = [d.policy for d in (engine.lookup, engine.strict_lookup, engine.model_drafter) if d is not None]
-    assert len(policies) == 3 and all(p is not None and p.verify_cost is engine.decoder.verify_cost for p in policies)
+    run(engine, "hybrid", DecodeParams(k=3, max_new_tokens=8))
+    run(engine, "prompt-lookup", DecodeParams(k=3, max_new_tokens=8))
+    assert len(engine.policies) == 3  # model, prompt lookup, and hybrid's stricter lookup
+    assert all(p.verify_cost is engine.decoder.verify_cost for p in engine.policies.values())

@@ -16,12 +16,12 @@ import pytest
 import torch
 from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
 
-from specdec_tui.engine.cached_model import HFRunner
 from specdec_tui.models import provision
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama, LayerStack
+from specdec_tui.models.hf_runner import HFRunner
 from specdec_tui.models.loader import check_same_tokenizer, load_model, load_pair, resolve_device
 from specdec_tui.models.precision import DynamicInt8Linear, PackedInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.presets import PRESETS, Preset

@@ -14,6 +14,7 @@ from specdec_tui.engine.session import Engine
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.loader import ModelPair, load_pair
 from specdec_tui.models.presets import DEFAULT_DRAFT, DEFAULT_TARGET
+from specdec_tui.runtime import build_engine
 from specdec_tui.terminal_progress import TerminalProgress
 
 pytestmark = pytest.mark.real_models
@@ -36,7 +37,7 @@ def pair() -> ModelPair:
 @pytest.fixture(scope="module")
 def engine(pair: ModelPair) -> Engine:
     assert pair.draft is not None
-    return pair.engine()
+    return build_engine(pair)
 
 
 def reply(engine: Engine, pair: ModelPair, text: str, mode: str, **params: object) -> FinishedEvent:

@@ -14,6 +14,7 @@ from specdec_tui.chat.history import History, HistoryError
 from specdec_tui.config import Settings, load_settings
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.loader import ModelPair
+from specdec_tui.runtime import Runtime
 from specdec_tui.tui import themes
 from specdec_tui.tui.app import SpecDecApp
 from specdec_tui.tui.widgets.compare_view import CompareView
@@ -49,7 +50,8 @@ def settings(**decoding: object) -> Settings:
 
 def make_app(history: History | None = None, pair: ModelPair | None = None, **decoding: object) -> SpecDecApp:
     loaded = pair or tiny_pair()
-    return SpecDecApp(settings(**decoding), load=lambda s, p: loaded, history=history or History(":memory:"))
+    return SpecDecApp(settings(**decoding), load=lambda s, p: Runtime.from_pair(s, loaded),
+                      history=history or History(":memory:"))
 
 
 async def until(pilot, condition, seconds: float = 20.0) -> None:  # type: ignore[no-untyped-def]
@@ -61,7 +63,7 @@ async def until(pilot, condition, seconds: float = 20.0) -> None:  # type: ignor
 
 async def ready(pilot) -> SpecDecApp:  # type: ignore[no-untyped-def]
     app = pilot.app
-    await until(pilot, lambda: app.engine is not None)
+    await until(pilot, lambda: app.source is not None)
     return app
 
 

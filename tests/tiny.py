@@ -20,8 +20,9 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from specdec_tui.engine.cached_model import HFRunner, Runner
+from specdec_tui.engine.cached_model import Runner
 from specdec_tui.engine.session import Engine
+from specdec_tui.models.hf_runner import HFRunner
 from specdec_tui.models.loader import (
     LoadedModel,
     ModelPair,
@@ -102,11 +103,9 @@ def tiny_engine(
     arch: str = "qwen2",
     precision: str = "fp32",
     noise: float = 0.05,
-    min_confidence: float = 0.0,
     seed: int = 0,
     eos_ids: frozenset[int] | None = None,
     fast: bool = True,
-    adaptive: bool = True,
     draft_precision: str | None = None,
 ) -> Engine:
     """Target and a noisy copy as draft; ``eos_ids`` = frozenset() never stops early.
@@ -124,8 +123,6 @@ def tiny_engine(
         eos_ids=eos_token_ids(target, tokenizer) if eos_ids is None else eos_ids,
         max_context=context_length(target),
         vocab_size=target.config.vocab_size,
-        min_confidence=min_confidence,
-        adaptive=adaptive,
     )
 
 

@@ -17,11 +17,9 @@ from specdec_tui.bench.harness import BenchPlan, BenchRow, peak_memory_mb, run_s
 from specdec_tui.bench.modes import ALL_MODES, run_mode
 from specdec_tui.bench.report import format_summary, plot_tokens_per_s, summarize_rows
 from specdec_tui.bench.suite import SuiteError, default_suite_path, load_suite, select_prompts
-from specdec_tui.chat.template import render_prompt
 from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
-from specdec_tui.engine.decoder import DecodeParams
 from specdec_tui.models.errors import ModelError
-from specdec_tui.models.loader import load_pair
+from specdec_tui.runtime import load_runtime
 from specdec_tui.terminal_progress import TerminalProgress
 
 T = TypeVar("T")
@@ -79,30 +77,29 @@ def main(argv: list[str] | None = None) -> int:
         prompts = load_suite(args.prompts or default_suite_path())
         prompts = select_prompts(prompts, args.categories, args.limit)
         progress = TerminalProgress()
-        models = settings.models
-        pair = load_pair(models.target, models.draft, precision=models.precision,
-                         draft_precision=models.draft_precision, device=models.device,
-                         cache_dir=models.cache_dir, progress=progress, draft_head_tokens=models.draft_head_tokens)
+        runtime = load_runtime(settings, progress)
         progress.close()
     except (SettingsError, ModelError, SuiteError) as exc:
         print(f"specdec-bench: error: {exc}", file=sys.stderr)
         return 2
+    pair, engine, models = runtime.pair, runtime.engine, settings.models
     min_confidence = settings.decoding.draft_min_confidence if args.min_confidence is None else args.min_confidence
-    engine = pair.engine(min_confidence, adaptive=settings.decoding.adaptive_k and not args.fixed_k)
     plan = BenchPlan(modes=args.modes, ks=args.ks, taus=args.taus, temperature=args.temperature, top_p=args.top_p,
-                     max_new_tokens=args.new_tokens, repeats=args.repeats, seed=args.seed)
+                     max_new_tokens=args.new_tokens, repeats=args.repeats, seed=args.seed,
+                     adaptive_k=settings.decoding.adaptive_k and not args.fixed_k,
+                     draft_min_confidence=min_confidence)
     print(f"target {models.target} ({models.precision}), draft {models.draft} ({models.draft_precision}), "
           f"device {pair.target.device}, torch threads {torch.get_num_threads()}", file=sys.stderr)
-    warm = render_prompt(pair.target.tokenizer, [{"role": "user", "content": "Say hi."}])
+    warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])
     for mode in plan.modes:  # first calls allocate and page in; keep them out of the numbers
-        run_mode(pair, engine, mode, warm, DecodeParams(k=plan.ks[0], max_new_tokens=8))
+        run_mode(pair, engine, mode, warm, plan.params(plan.ks[0], 1.0, 0, max_new_tokens=8))
     bar = tqdm(total=len(prompts) * plan.runs_per_prompt(), unit="run", file=sys.stderr, dynamic_ncols=True)
 
     def on_row(row: BenchRow) -> None:
         bar.set_postfix_str(f"{row.prompt_id} {row.mode} k={row.k} {row.tokens_per_s:.1f} tok/s", refresh=False)
         bar.update()
 
-    rows = run_suite(pair, engine, prompts, plan, on_row)
+    rows = run_suite(runtime, prompts, plan, on_row)
     bar.close()
     out = args.out or Path("bench-results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.csv"
     write_csv(rows, out)

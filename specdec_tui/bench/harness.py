@@ -11,10 +11,8 @@ from pathlib import Path
 
 from specdec_tui.bench.modes import SINGLE_SETTING_MODES, RunResult, run_mode
 from specdec_tui.bench.suite import BenchPrompt
-from specdec_tui.chat.template import render_prompt
 from specdec_tui.engine.decoder import DecodeParams
-from specdec_tui.engine.session import Engine
-from specdec_tui.models.loader import ModelPair
+from specdec_tui.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -45,6 +43,13 @@ class BenchPlan:
     max_new_tokens: int = 128
     repeats: int = 1
     seed: int = 0
+    adaptive_k: bool = True
+    draft_min_confidence: float = 0.0
+
+    def params(self, k: int, tau: float, repeat: int, max_new_tokens: int | None = None) -> DecodeParams:
+        return DecodeParams(k=max(k, 1), tau=tau, temperature=self.temperature, top_p=self.top_p,
+                            max_new_tokens=max_new_tokens or self.max_new_tokens, seed=self.seed + repeat,
+                            adaptive_k=self.adaptive_k, draft_min_confidence=self.draft_min_confidence)
 
     def settings_for(self, mode: str) -> list[tuple[int, float]]:
         if mode in SINGLE_SETTING_MODES:
@@ -62,8 +67,7 @@ def peak_memory_mb() -> float:
 
 
 def run_suite(
-    pair: ModelPair,
-    engine: Engine,
+    runtime: Runtime,
     prompts: Sequence[BenchPrompt],
     plan: BenchPlan,
     on_row: Callable[[BenchRow], None] = lambda row: None,
@@ -72,14 +76,12 @@ def run_suite(
     rows: list[BenchRow] = []
     modes = ["target", *[m for m in plan.modes if m != "target"]]
     for prompt in prompts:
-        prompt_ids = render_prompt(pair.target.tokenizer, prompt.messages)
+        prompt_ids = runtime.prompt_ids(prompt.messages)
         for repeat in range(plan.repeats):
             reference: RunResult | None = None
             for mode in modes:
                 for k, tau in plan.settings_for(mode):
-                    params = DecodeParams(k=max(k, 1), tau=tau, temperature=plan.temperature, top_p=plan.top_p,
-                                          max_new_tokens=plan.max_new_tokens, seed=plan.seed + repeat)
-                    result = run_mode(pair, engine, mode, prompt_ids, params)
+                    result = run_mode(runtime.pair, runtime.engine, mode, prompt_ids, plan.params(k, tau, repeat))
                     reference = reference or result
                     row = BenchRow(
                         prompt_id=prompt.id,

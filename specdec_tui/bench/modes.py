@@ -11,11 +11,12 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
+from specdec_tui.engine.modes import HYBRID, MODEL, PROMPT_LOOKUP, TARGET
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.loader import ModelPair
 
 #: Bench mode -> engine mode. The hf-* modes are Hugging Face generate() on the same loaded pair.
-ENGINE_MODES = {"target": "target", "speculative": "model", "prompt-lookup": "prompt-lookup", "hybrid": "hybrid"}
+ENGINE_MODES = {"target": TARGET, "speculative": MODEL, "prompt-lookup": PROMPT_LOOKUP, "hybrid": HYBRID}
 HF_MODES = ("hf-assisted", "hf-target")
 ALL_MODES = (*ENGINE_MODES, *HF_MODES)
 #: Modes where K and tau change nothing; they run once per prompt and repeat.

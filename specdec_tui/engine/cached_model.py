@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
 
 
 class Runner(Protocol):
@@ -30,30 +29,6 @@ class Runner(Protocol):
 
     def reset(self) -> None:
         ...
-
-
-class HFRunner:
-    """Any transformers causal LM, through its own forward and a ``DynamicCache``."""
-
-    def __init__(self, model: PreTrainedModel) -> None:
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.input_vocab = model.get_input_embeddings().num_embeddings
-        self.cache = DynamicCache(config=model.config)
-
-    def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-
-    def crop(self, length: int) -> None:
-        extra = self.cache.get_seq_length() - length
-        if extra > 0:
-            self.cache.crop(-extra)
-
-    @torch.inference_mode()
-    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
-        return out.logits[0, -n_logits:].float().cpu()
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:

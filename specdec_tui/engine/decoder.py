@@ -42,6 +42,10 @@ class DecodeParams:
     top_p: float = 1.0
     max_new_tokens: int = 256
     seed: int | None = 0
+    #: Let the drafter draft fewer than ``k`` tokens when that is expected to be faster.
+    adaptive_k: bool = True
+    #: Stop a model draft after a token the draft itself gives less than this probability.
+    draft_min_confidence: float = 0.0
 
 
 @dataclass(frozen=True)

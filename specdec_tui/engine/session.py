@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
 from specdec_tui.engine.cached_model import CachedModel, Runner
 from specdec_tui.engine.decoder import DecodeParams, Event, SpeculativeDecoder
-from specdec_tui.engine.drafters import Drafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_tui.engine.drafters import Drafter
+from specdec_tui.engine.modes import MODES, check_mode
 from specdec_tui.engine.policy import DraftPolicy
-
-Mode = Literal["model", "prompt-lookup", "hybrid", "target"]
-MODES: tuple[str, ...] = ("model", "prompt-lookup", "hybrid", "target")
 
 
 class Engine:
@@ -27,36 +24,31 @@ class Engine:
         eos_ids: frozenset[int],
         max_context: int,
         vocab_size: int,
-        min_confidence: float = 0.0,
-        adaptive: bool = True,
     ) -> None:
-        """``adaptive`` lets each drafter pick its draft's length (up to K) by expected speed."""
         self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
         self.target = CachedModel(target)
         self.draft = CachedModel(draft) if draft is not None else None
         self.decoder = SpeculativeDecoder(self.target, tokenizer, eos_ids, max_context)
+        #: Each drafter's acceptance and cost estimates, kept across replies (see ``DraftPolicy``).
+        self.policies: dict[str, DraftPolicy] = {}
 
-        def policy() -> DraftPolicy | None:
-            return DraftPolicy(self.decoder.verify_cost) if adaptive else None
+    @property
+    def max_context(self) -> int:
+        return self.decoder.max_context
 
-        self.lookup = PromptLookupDrafter(policy=policy())
-        # Next to a model draft, a copied continuation must match a longer n-gram to be trusted.
-        self.strict_lookup = PromptLookupDrafter(min_ngram=3, policy=policy())
-        self.model_drafter = (
-            ModelDrafter(self.draft, vocab_size, min_confidence, policy()) if self.draft is not None else None
-        )
-
-    def drafter(self, mode: str) -> Drafter | None:
-        """The drafter for ``mode``; None for target-only decoding."""
-        if mode == "target":
+    def policy(self, drafter: str, params: DecodeParams) -> DraftPolicy | None:
+        """The lasting length policy of ``drafter`` when ``params`` ask for adaptive K, else None."""
+        if not params.adaptive_k:
             return None
-        if mode == "prompt-lookup":
-            return self.lookup
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-        if self.model_drafter is None:
+        return self.policies.setdefault(drafter, DraftPolicy(self.decoder.verify_cost))
+
+    def drafter(self, mode: str, params: DecodeParams) -> Drafter | None:
+        """The drafter for ``mode``; None for target-only decoding."""
+        spec = MODES[check_mode(mode)]
+        if spec.needs_draft_model and self.draft is None:
             raise ValueError(f"mode {mode!r} needs a draft model, and none is loaded")
-        return self.model_drafter if mode == "model" else HybridDrafter(self.strict_lookup, self.model_drafter)
+        return spec.build(self, params)
 
     def reset(self) -> None:
         """Forget both KV caches, so the next reply starts from an empty context."""
@@ -72,4 +64,4 @@ class Engine:
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
         """Stream one reply. Caches are reused where the prompt repeats what they hold."""
-        return self.decoder.generate(prompt_ids, params, self.drafter(mode), cancel)
+        return self.decoder.generate(prompt_ids, params, self.drafter(mode, params), cancel)

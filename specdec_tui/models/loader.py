@@ -8,17 +8,19 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from specdec_tui.engine.cached_model import HFRunner, Runner
-from specdec_tui.engine.session import Engine
 from specdec_tui.models.attention import ROW_EXACT, supports_row_exact
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama, supports_fast_llama
+from specdec_tui.models.hf_runner import HFRunner
 from specdec_tui.models.precision import PRECISIONS, PackProgress, apply_precision
 from specdec_tui.models.presets import PRESETS
 from specdec_tui.models.progress import Progress, ProgressFn, no_progress
 from specdec_tui.models.provision import convert_gguf, fetch_preset
 from specdec_tui.models.reference import ModelRef, parse_ref
+
+#: What runs a model's forward passes; both keep their own KV cache.
+Runner = FastLlama | HFRunner
 
 
 @dataclass
@@ -48,18 +50,6 @@ class LoadedModel:
 class ModelPair:
     target: LoadedModel
     draft: LoadedModel | None
-
-    def engine(self, min_confidence: float = 0.0, adaptive: bool = True) -> Engine:
-        return Engine(
-            self.target.runner,
-            self.target.tokenizer,
-            draft=self.draft.runner if self.draft is not None else None,
-            eos_ids=self.target.eos_ids,
-            max_context=self.target.max_context,
-            vocab_size=self.target.vocab_size,
-            min_confidence=min_confidence,
-            adaptive=adaptive,
-        )
 
 
 def resolve_device(setting: str) -> torch.device:

@@ -21,14 +21,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header
 
 from specdec_tui.chat.history import History, HistoryError
-from specdec_tui.chat.template import render_prompt
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent, Token
-from specdec_tui.engine.metrics import RunSummary, StepRecord, summarize
-from specdec_tui.engine.session import Engine
+from specdec_tui.engine.metrics import StepRecord, summarize
+from specdec_tui.engine.modes import TARGET
 from specdec_tui.models.errors import ModelError
-from specdec_tui.models.loader import ModelPair
 from specdec_tui.models.progress import Progress, ProgressFn
+from specdec_tui.runtime import Message as ChatMessage
+from specdec_tui.runtime import ReplySource, decode_params, reply_summary
 from specdec_tui.tui.clipboard import copy_with_system_tool, save_copy
 from specdec_tui.tui.screens.help import HelpScreen
 from specdec_tui.tui.themes import DEFAULT_THEME, load_themes
@@ -40,19 +40,16 @@ from specdec_tui.tui.widgets.message_view import MessageView
 from specdec_tui.tui.widgets.prompt_input import PromptInput
 from specdec_tui.tui.widgets.stats_panel import Knobs, StatsPanel
 
-PairLoader = Callable[[Settings, ProgressFn], ModelPair]
+SourceLoader = Callable[[Settings, ProgressFn], ReplySource]
 #: The worker posts at most this often; tokens in between arrive together.
 BATCH_SECONDS = 0.05
 TAU_STEP = 0.1
 
 
-def load_default_pair(settings: Settings, progress: ProgressFn) -> ModelPair:
-    from specdec_tui.models.loader import load_pair
+def load_in_process(settings: Settings, progress: ProgressFn) -> ReplySource:
+    from specdec_tui.runtime import load_runtime
 
-    models = settings.models
-    return load_pair(models.target, models.draft, precision=models.precision,
-                     draft_precision=models.draft_precision, device=models.device, cache_dir=models.cache_dir,
-                     progress=progress, draft_head_tokens=models.draft_head_tokens)
+    return load_runtime(settings, progress)
 
 
 # ------------------------------------------------------------------ messages from workers
@@ -65,7 +62,7 @@ class LoadProgress(Message):
 
 @dataclass
 class Loaded(Message):
-    pair: ModelPair
+    source: ReplySource
 
 
 @dataclass
@@ -104,25 +101,9 @@ class CompareDone(Message):
 class Run:
     """What produced a reply, so compare can run it again in the other mode."""
 
-    prompt_ids: tuple[int, ...]
+    messages: tuple[ChatMessage, ...]
     params: DecodeParams
     mode: str
-
-
-def metrics_of(summary: RunSummary, run: Run) -> dict[str, Any]:
-    return {
-        "mode": summary.mode,
-        "k": run.params.k,
-        "tau": run.params.tau,
-        "temperature": run.params.temperature,
-        "new_tokens": summary.new_tokens,
-        "tokens_per_s": round(summary.tokens_per_s, 3),
-        "acceptance_rate": summary.acceptance_rate,
-        "mean_accepted": round(summary.mean_accepted, 3),
-        "ttft_s": round(summary.ttft_s, 4),
-        "seconds": round(summary.seconds, 3),
-        "finish_reason": summary.finish_reason,
-    }
 
 
 class SpecDecApp(App[None]):
@@ -146,14 +127,13 @@ class SpecDecApp(App[None]):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
-    def __init__(self, settings: Settings, load: PairLoader = load_default_pair,
+    def __init__(self, settings: Settings, load: SourceLoader = load_in_process,
                  history: History | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.load = load
         self.history = history
-        self.pair: ModelPair | None = None
-        self.engine: Engine | None = None
+        self.source: ReplySource | None = None
         decoding = settings.decoding
         self.k, self.tau = decoding.k, decoding.tau
         self.speculative = True
@@ -217,14 +197,14 @@ class SpecDecApp(App[None]):
         self.query_one(ConversationList).show(self.history.conversations(), self.conversation_id)
 
     def _knobs(self) -> Knobs:
-        pair = self.pair
+        source = self.source
         return Knobs(
             mode=self.mode if self.speculative else "target-only",
             k=self.k,
             tau=self.tau,
             temperature=self.settings.decoding.temperature,
-            target=pair.target.name if pair else self.settings.models.target,
-            draft=(pair.draft.name if pair and pair.draft else "none") if pair else self.settings.models.draft,
+            target=source.target_name if source else self.settings.models.target,
+            draft=(source.draft_name or "none") if source else self.settings.models.draft,
         )
 
     def _show_knobs(self) -> None:
@@ -233,12 +213,10 @@ class SpecDecApp(App[None]):
     @property
     def mode(self) -> str:
         """The engine mode the next reply uses."""
-        return self.settings.decoding.drafter if self.speculative else "target"
+        return self.settings.decoding.drafter if self.speculative else TARGET
 
     def params(self) -> DecodeParams:
-        d = self.settings.decoding
-        return DecodeParams(k=self.k, tau=self.tau, temperature=d.temperature, top_p=d.top_p,
-                            max_new_tokens=d.max_new_tokens, seed=d.seed)
+        return decode_params(self.settings.decoding, k=self.k, tau=self.tau)
 
     # ------------------------------------------------------------------ loading
 
@@ -254,27 +232,25 @@ class SpecDecApp(App[None]):
                 self.post_message(LoadProgress(event))
 
         try:
-            pair = self.load(self.settings, progress)
+            source = self.load(self.settings, progress)
         except ModelError as exc:
             self.post_message(LoadFailed(str(exc)))
             return
         except Exception as exc:  # noqa: BLE001 - any failure becomes a message in the app
             self.post_message(LoadFailed(f"{type(exc).__name__}: {exc}"))
             return
-        self.post_message(Loaded(pair))
+        self.post_message(Loaded(source))
 
     def on_load_progress(self, message: LoadProgress) -> None:
         self.query_one(LoadingPanel).show(message.progress)
 
     def on_loaded(self, message: Loaded) -> None:
-        self.pair = message.pair
-        decoding = self.settings.decoding
-        self.engine = message.pair.engine(decoding.draft_min_confidence, decoding.adaptive_k)
-        if message.pair.draft is None:
+        source = self.source = message.source
+        if source.draft_name is None:
             self.speculative = False
         self.query_one(LoadingPanel).display = False
         self._show_knobs()
-        self.sub_title = f"{message.pair.target.name} ← {message.pair.draft.name if message.pair.draft else 'no draft'}"
+        self.sub_title = f"{source.target_name} ← {source.draft_name or 'no draft'}"
 
     def on_load_failed(self, message: LoadFailed) -> None:
         self.query_one(LoadingPanel).fail(message.reason)
@@ -285,7 +261,7 @@ class SpecDecApp(App[None]):
     @on(PromptInput.Submitted)
     def send(self, event: PromptInput.Submitted) -> None:
         prompt = self.query_one(PromptInput)
-        if self.engine is None or self.pair is None or self.busy:
+        if self.source is None or self.busy:
             why = "a reply is still being written (Esc cancels it)" if self.busy else "the models are not loaded yet"
             self.notify(f"Not sent: {why}", severity="warning")
             prompt.load_text(event.text)
@@ -294,7 +270,7 @@ class SpecDecApp(App[None]):
         self._store("user", event.text)
         log.add_message("user", event.text)
         chat = [{"role": "system", "content": self.settings.chat.system_prompt}, *self.messages]
-        run = Run(tuple(render_prompt(self.pair.target.tokenizer, chat)), self.params(), self.mode)
+        run = Run(tuple(chat), self.params(), self.mode)
         view = log.add_message("assistant", streaming=True)
         self._start_reply(view, run)
 
@@ -319,13 +295,13 @@ class SpecDecApp(App[None]):
 
     @work(thread=True, group="generate")
     def _generate(self, view: MessageView, run: Run, cancel: threading.Event) -> None:
-        assert self.engine is not None
+        assert self.source is not None
         start = time.perf_counter()
         tokens: list[Token] = []
         records: list[StepRecord] = []
         last_post = start
         try:
-            for event in self.engine.generate(run.prompt_ids, run.params, run.mode, cancel):
+            for event in self.source.reply(run.messages, run.params, run.mode, cancel):
                 if isinstance(event, StepEvent):
                     tokens.extend(event.tokens)
                     records.append(event.record)
@@ -355,7 +331,7 @@ class SpecDecApp(App[None]):
 
     def on_reply_done(self, message: ReplyDone) -> None:
         finished = message.finished
-        metrics = metrics_of(finished.summary, message.run)
+        metrics = reply_summary(finished.summary, message.run.params)
         message.view.finish(finished.text, metrics)
         self.query_one(StatsPanel).show_run(finished.summary, self.records)
         self._store("assistant", finished.text, metrics)
@@ -387,7 +363,7 @@ class SpecDecApp(App[None]):
         self._show_knobs()
 
     def action_toggle_mode(self) -> None:
-        if self.pair is not None and self.pair.draft is None:
+        if self.source is not None and self.source.draft_name is None:
             self.notify("No draft model is loaded: target-only it is", severity="warning")
             return
         self.speculative = not self.speculative
@@ -435,31 +411,31 @@ class SpecDecApp(App[None]):
             self.notify(f"Copied the last reply through the terminal (OSC 52); also saved to {save_copy(text)}")
 
     def action_compare(self) -> None:
-        if self.last_run is None or self.engine is None or self.pair is None:
+        if self.last_run is None or self.source is None:
             self.notify("Nothing to compare yet: send a message first", severity="warning")
             return
         if self.busy:
             self.notify("Wait for the reply to finish (or Esc) before comparing", severity="warning")
             return
-        if self.pair.draft is None:
+        if self.source.draft_name is None:
             self.notify("Compare needs a draft model", severity="warning")
             return
         run, finished = self.last_run
-        other = replace(run, mode="target" if run.mode != "target" else self.settings.decoding.drafter)
+        other = replace(run, mode=TARGET if run.mode != TARGET else self.settings.decoding.drafter)
         self.busy = True
         self.notify(f"Comparing: running the last prompt again as {self._label(other.mode)}…")
         self._compare(run, finished, other)
 
     @staticmethod
     def _label(mode: str) -> str:
-        return "target-only" if mode == "target" else f"speculative ({mode})"
+        return "target-only" if mode == TARGET else f"speculative ({mode})"
 
     @work(thread=True, group="generate")
     def _compare(self, run: Run, finished: FinishedEvent, other: Run) -> None:
-        assert self.engine is not None
+        assert self.source is not None
         try:
-            self.engine.reset()  # the compare run starts from an empty cache, as a first reply does
-            again = list(self.engine.generate(other.prompt_ids, other.params, other.mode))[-1]
+            # The compare run starts from empty caches, as a first reply does.
+            again = list(self.source.reply(other.messages, other.params, other.mode, fresh=True))[-1]
         except Exception as exc:  # noqa: BLE001
             self.post_message(ReplyFailed(None, f"compare failed: {type(exc).__name__}: {exc}"))
             return

@@ -1,0 +1,128 @@
+"""The composition point: settings -> model pair -> ``Engine``; chat messages -> prompt ids ->
+``DecodeParams``; a finished reply -> the summary stored with it.
+
+Every front end (the TUI, the bench, the server) builds its running system here, so a setting
+added once reaches all of them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol
+
+from specdec_tui.chat.template import render_prompt
+from specdec_tui.config import DecodingSettings, Settings
+from specdec_tui.engine.decoder import DecodeParams, Event
+from specdec_tui.engine.metrics import RunSummary
+from specdec_tui.engine.modes import MODES, TARGET
+from specdec_tui.engine.session import Engine
+from specdec_tui.models.loader import ModelPair, load_pair
+from specdec_tui.models.progress import ProgressFn, no_progress
+
+Message = Mapping[str, str]
+
+
+class ReplySource(Protocol):
+    """What a chat front end needs: stream a reply to a conversation. In process or over HTTP."""
+
+    target_name: str
+    #: None when no draft model is loaded (only target-only and prompt lookup work).
+    draft_name: str | None
+
+    def reply(self, messages: Sequence[Message], params: DecodeParams, mode: str,
+              cancel: threading.Event | None = None, fresh: bool = False) -> Iterator[Event]:
+        """Events of one reply to ``messages``; ``fresh`` starts from empty caches (for fair compares)."""
+        ...
+
+
+def decode_params(decoding: DecodingSettings, **overrides: Any) -> DecodeParams:
+    """The decoding settings as engine parameters; ``overrides`` replace single values."""
+    names = {f.name for f in fields(DecodeParams)}
+    params = DecodeParams(**{name: getattr(decoding, name) for name in names})
+    return replace(params, **overrides) if overrides else params
+
+
+def build_engine(pair: ModelPair) -> Engine:
+    return Engine(
+        pair.target.runner,
+        pair.target.tokenizer,
+        draft=pair.draft.runner if pair.draft is not None else None,
+        eos_ids=pair.target.eos_ids,
+        max_context=pair.target.max_context,
+        vocab_size=pair.target.vocab_size,
+    )
+
+
+def load_pair_for(settings: Settings, progress: ProgressFn = no_progress) -> ModelPair:
+    models = settings.models
+    return load_pair(models.target, models.draft, precision=models.precision,
+                     draft_precision=models.draft_precision, device=models.device, cache_dir=models.cache_dir,
+                     progress=progress, draft_head_tokens=models.draft_head_tokens)
+
+
+@dataclass
+class Runtime:
+    """A loaded model pair, its engine and the settings they were built from."""
+
+    settings: Settings
+    pair: ModelPair
+    engine: Engine
+
+    @classmethod
+    def from_pair(cls, settings: Settings, pair: ModelPair) -> Runtime:
+        return cls(settings, pair, build_engine(pair))
+
+    @property
+    def target_name(self) -> str:
+        return self.pair.target.name
+
+    @property
+    def draft_name(self) -> str | None:
+        return self.pair.draft.name if self.pair.draft is not None else None
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The modes this pair can run (those needing a draft model only when one is loaded)."""
+        return tuple(name for name, mode in MODES.items() if self.pair.draft is not None or not mode.needs_draft_model)
+
+    @property
+    def default_mode(self) -> str:
+        drafter = self.settings.decoding.drafter
+        return drafter if drafter in self.modes else TARGET
+
+    def params(self, **overrides: Any) -> DecodeParams:
+        return decode_params(self.settings.decoding, **overrides)
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """Token ids that ask the target for the next assistant message of ``messages``."""
+        return render_prompt(self.pair.target.tokenizer, messages)
+
+    def reply(self, messages: Sequence[Message], params: DecodeParams, mode: str,
+              cancel: threading.Event | None = None, fresh: bool = False) -> Iterator[Event]:
+        prompt_ids = self.prompt_ids(messages)
+        if fresh:
+            self.engine.reset()
+        return self.engine.generate(prompt_ids, params, mode, cancel)
+
+
+def load_runtime(settings: Settings, progress: ProgressFn = no_progress) -> Runtime:
+    return Runtime.from_pair(settings, load_pair_for(settings, progress))
+
+
+def reply_summary(summary: RunSummary, params: DecodeParams) -> dict[str, Any]:
+    """What the history keeps of a reply: how it was decoded and what that cost."""
+    return {
+        "mode": summary.mode,
+        "k": params.k,
+        "tau": params.tau,
+        "temperature": params.temperature,
+        "new_tokens": summary.new_tokens,
+        "tokens_per_s": round(summary.tokens_per_s, 3),
+        "acceptance_rate": summary.acceptance_rate,
+        "mean_accepted": round(summary.mean_accepted, 3),
+        "ttft_s": round(summary.ttft_s, 4),
+        "seconds": round(summary.seconds, 3),
+        "finish_reason": summary.finish_reason,
+    }

@@ -7,20 +7,23 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup chat test test-fast test-real bench clean
+.PHONY: setup chat serve test test-fast test-real bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(INSTALLED): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,server]"
 	touch $@
 
 setup: $(INSTALLED)
 
 chat: setup
 	$(BIN)/specdec-tui $(ARGS)
+
+serve: setup
+	$(BIN)/specdec-serve $(ARGS)
 
 test: test-fast test-real
 

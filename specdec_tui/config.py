@@ -97,6 +97,17 @@ class ChatSettings(BaseModel):
     theme: str = Field("specdec-dark", description="a theme from themes/")
 
 
+class ServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field("127.0.0.1", description="address specdec-serve listens on (loopback by default)")
+    port: int = Field(8000, ge=0, le=65535, description="port specdec-serve listens on (0: any free port)")
+    api_key: str | None = Field(None, min_length=1, description="if set, every endpoint but /health needs "
+                                "Authorization: Bearer <key>")
+    queue_size: int = Field(8, ge=0, le=10000, description="requests that may wait while one is decoded")
+    request_timeout: float = Field(60.0, gt=0, description="seconds a request may wait in the queue")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", nested_model_default_partial_update=True
@@ -105,6 +116,7 @@ class Settings(BaseSettings):
     models: ModelSettings = ModelSettings()
     decoding: DecodingSettings = DecodingSettings()
     chat: ChatSettings = ChatSettings()
+    server: ServerSettings = ServerSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -222,6 +234,8 @@ def describe_settings(settings: Settings, origins: Mapping[str, str]) -> str:
     for group, name in field_paths():
         value = getattr(getattr(settings, group), name)
         shown = str(value) if isinstance(value, Path) else repr(value)
+        if f"{group}.{name}" in SECRETS and value is not None:
+            shown = "'***'"
         lines.append(f"{group}.{name} = {shown}".ljust(52) + f"  # {origins[f'{group}.{name}']}")
     return "\n".join(lines)
 
@@ -247,7 +261,15 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--system-prompt": ("chat", "system_prompt"),
     "--history": ("chat", "history_path"),
     "--theme": ("chat", "theme"),
+    "--host": ("server", "host"),
+    "--port": ("server", "port"),
+    "--api-key": ("server", "api_key"),
+    "--queue-size": ("server", "queue_size"),
+    "--request-timeout": ("server", "request_timeout"),
 }
+
+#: Settings whose values ``describe_settings`` never prints.
+SECRETS = frozenset({"server.api_key"})
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] = ("models", "decoding", "chat")) -> None:

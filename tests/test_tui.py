@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
-from tiny import tiny_pair
+from tiny import SlowRunner, tiny_pair
 
 from specdec_tui.chat.history import History, HistoryError
 from specdec_tui.config import Settings, load_settings
@@ -23,24 +23,6 @@ from specdec_tui.tui.widgets.loading_panel import LoadingPanel
 from specdec_tui.tui.widgets.message_view import MessageView
 from specdec_tui.tui.widgets.prompt_input import PromptInput
 from specdec_tui.tui.widgets.stats_panel import StatsPanel
-
-
-class SlowRunner:
-    """Wraps a runner so each forward takes a while: long enough to cancel mid-reply."""
-
-    def __init__(self, runner, delay: float) -> None:  # type: ignore[no-untyped-def]
-        self.runner, self.delay = runner, delay
-        self.input_vocab = runner.input_vocab
-
-    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
-        time.sleep(self.delay)
-        return self.runner.forward(ids, n_logits)
-
-    def crop(self, length: int) -> None:
-        self.runner.crop(length)
-
-    def reset(self) -> None:
-        self.runner.reset()
 
 
 def settings(**decoding: object) -> Settings:

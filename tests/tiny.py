@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 import json
 from functools import cache
 from pathlib import Path
@@ -205,3 +206,21 @@ def tiny_pair(arch: str = "qwen2", noise: float = 0.02, layers: int = 2) -> Mode
     target = tiny_model(arch, layers=layers)
     return ModelPair(tiny_loaded(target, f"tiny-{arch}", "target"),
                      tiny_loaded(perturbed(target, noise), f"tiny-{arch}-draft", "draft"))
+
+
+class SlowRunner:
+    """Wraps a runner so each forward takes a while: long enough to cancel mid-reply."""
+
+    def __init__(self, runner, delay: float) -> None:  # type: ignore[no-untyped-def]
+        self.runner, self.delay = runner, delay
+        self.input_vocab = runner.input_vocab
+
+    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
+        time.sleep(self.delay)
+        return self.runner.forward(ids, n_logits)
+
+    def crop(self, length: int) -> None:
+        self.runner.crop(length)
+
+    def reset(self) -> None:
+        self.runner.reset()

@@ -1,0 +1,470 @@
+"""The HTTP API: OpenAI chat and completions (streamed or not), ``/generate``, models, health, metrics.
+
+Routes get the running system through dependencies: ``runtime`` (503 while the models load) and
+``authorized`` (the API key). Every error leaves as the OpenAI error object, from one handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from specdec_tui.config import DecodingSettings, Settings
+from specdec_tui.engine.decoder import DecodeParams, Event
+from specdec_tui.engine.modes import MODES
+from specdec_tui.runtime import Runtime
+from specdec_tui.server.metrics import ServerMetrics
+from specdec_tui.server.replies import Reply, ReplyFailed, step_info, token_origins
+from specdec_tui.server.schema import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChunkChoice,
+    ChunkSpeculative,
+    Completion,
+    CompletionChoice,
+    CompletionRequest,
+    Delta,
+    ErrorBody,
+    ErrorResponse,
+    GenerateRequest,
+    GenerateResponse,
+    ModelCard,
+    ModelList,
+    SpeculativeOptions,
+    UnsupportedValue,
+    Usage,
+)
+from specdec_tui.server.worker import EngineWorker, Job, QueueFull, QueueTimeout
+
+#: Seconds a client is told to wait before retrying a full queue.
+RETRY_AFTER_S = 2
+#: How often a non-streaming request checks that its client is still there.
+DISCONNECT_POLL_S = 0.25
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers
+
+
+def error_response(status: int, message: str, type: str, param: str | None = None, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorBody(message=message, type=type, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+class ServerState:
+    """What the routes share: the settings, the runtime once loaded, its worker and the metrics."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.runtime: Runtime | None = None
+        self.worker: EngineWorker | None = None
+        self.load_error: str | None = None
+        self.started = time.time()
+        self.metrics = ServerMetrics(
+            running=lambda: int(self.worker is not None and self.worker.running is not None),
+            waiting=lambda: self.worker.waiting if self.worker is not None else 0,
+        )
+
+    def ready(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.worker = EngineWorker(self._generate, self.settings.server.queue_size)
+
+    def failed(self, reason: str) -> None:
+        self.load_error = reason
+
+    def _generate(self, prompt_ids: Sequence[int], params: DecodeParams, mode: str, cancel: threading.Event,
+                  fresh: bool) -> Iterator[Event]:
+        assert self.runtime is not None
+        if fresh:
+            self.runtime.engine.reset()
+        return self.runtime.engine.generate(prompt_ids, params, mode, cancel)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+
+
+# ------------------------------------------------------------------ turning a request into a job
+
+
+def _first_error(exc: ValidationError | RequestValidationError, prefix: str = "") -> tuple[str, str | None]:
+    error = exc.errors()[0]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, UnsupportedValue):
+        return str(cause), cause.param
+    loc = [str(part) for part in error["loc"] if part != "body"]
+    param = prefix + ".".join(loc) if loc else None
+    if error["type"] == "json_invalid":
+        return f"the body is not valid JSON: {error.get('ctx', {}).get('error', error['msg'])}", None
+    if error["type"] == "extra_forbidden":
+        return f"unknown field {param}", param
+    if error["type"] == "missing":
+        return f"missing field {param}", param
+    message = error["msg"].removeprefix("Value error, ")
+    return (f"{param}: {message}" if param else message), param
+
+
+def decode_params(runtime: Runtime, *, max_tokens: int | None, temperature: float | None, top_p: float | None,
+                  seed: int | None, options: SpeculativeOptions, field_prefix: str) -> tuple[DecodeParams, str]:
+    """The request's decoding parameters over the server's settings, validated as settings are."""
+    given = {
+        "max_new_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "seed": seed,
+        "k": options.k,
+        "tau": options.tau,
+        "adaptive_k": options.adaptive_k,
+        "draft_min_confidence": options.draft_min_confidence,
+    }
+    overrides = {name: value for name, value in given.items() if value is not None}
+    try:
+        decoding = DecodingSettings.model_validate({**runtime.settings.decoding.model_dump(), **overrides})
+    except ValidationError as exc:
+        message, param = _first_error(exc, field_prefix)
+        raise APIError(400, message, param=param) from None
+    mode = options.mode or runtime.default_mode
+    mode_param = f"{field_prefix}mode"
+    if mode not in MODES:
+        raise APIError(400, f"unknown mode {mode!r}; expected one of {', '.join(MODES)}", param=mode_param)
+    if mode not in runtime.modes:
+        raise APIError(400, f"mode {mode!r} needs a draft model, and this server has none loaded",
+                       param=mode_param)
+    names = DecodeParams.__dataclass_fields__
+    return DecodeParams(**{name: getattr(decoding, name) for name in names}), mode
+
+
+def check_prompt(runtime: Runtime, prompt_ids: Sequence[int], param: str) -> None:
+    if not prompt_ids:
+        raise APIError(400, "the prompt is empty", param=param)
+    if len(prompt_ids) >= runtime.engine.max_context:
+        raise APIError(400, f"the prompt is {len(prompt_ids)} tokens but the model's context holds "
+                            f"{runtime.engine.max_context}", param=param, code="context_length_exceeded")
+
+
+async def start_reply(state: ServerState, prompt_ids: Sequence[int], params: DecodeParams, mode: str,
+                      stops: Sequence[str], fresh: bool) -> Reply:
+    """Queue the reply and wait until the worker starts it: every refusal comes before any output."""
+    assert state.worker is not None
+    arrived = time.perf_counter()
+    job = Job(prompt_ids, params, mode, fresh, asyncio.get_running_loop())
+    try:
+        state.worker.submit(job)
+    except QueueFull:
+        state.metrics.rejected.labels(reason="queue_full").inc()
+        raise APIError(503, "the server is busy: the request queue is full; retry shortly", type="server_error",
+                       code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+    try:
+        started = await state.worker.wait_started(job, state.settings.server.request_timeout)
+    except QueueTimeout:
+        state.metrics.rejected.labels(reason="queue_timeout").inc()
+        raise APIError(503, f"the request waited {state.settings.server.request_timeout:g} s in the queue "
+                            "without starting; retry later", type="server_error", code="queue_timeout",
+                       headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+    except asyncio.CancelledError:
+        state.worker.withdraw(job)  # the client left while it waited
+        job.cancel.set()
+        raise
+    return Reply(job, params, stops, state.metrics, arrived, started.waited_s)
+
+
+async def run_to_end(reply: Reply, request: Request) -> None:
+    """Read a reply whole, cancelling it if the client disconnects meanwhile."""
+
+    async def watch() -> None:
+        while not await request.is_disconnected():
+            await asyncio.sleep(DISCONNECT_POLL_S)
+        reply.job.cancel.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        async for _ in reply.pieces():
+            pass
+    except ReplyFailed as exc:
+        raise APIError(500, f"generation failed: {exc}", type="server_error", code="generation_failed") from exc
+    finally:
+        watcher.cancel()
+
+
+def sse(payload: BaseModel | dict[str, Any] | str) -> str:
+    if isinstance(payload, BaseModel):
+        payload = payload.model_dump_json(exclude_none=True)
+    elif isinstance(payload, dict):
+        payload = json.dumps(payload)
+    return f"data: {payload}\n\n"
+
+
+def _error_event(exc: ReplyFailed) -> dict[str, Any]:
+    body = ErrorBody(message=f"generation failed: {exc}", type="server_error", code="generation_failed")
+    return {"error": body.model_dump()}
+
+
+def envelope(kind: str, runtime: Runtime) -> dict[str, Any]:
+    """The id, time and model every response and chunk of one reply carries."""
+    return {"id": f"{kind}-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": runtime.target_name}
+
+
+def usage_of(reply: Reply, prompt_tokens: int) -> Usage:
+    assert reply.outcome is not None
+    new = reply.outcome.summary.new_tokens
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=new, total_tokens=prompt_tokens + new)
+
+
+# ------------------------------------------------------------------ dependencies
+
+BEARER = HTTPBearer(auto_error=False)
+
+
+def server_state(request: Request) -> ServerState:
+    return request.app.state.specdec
+
+
+State = Annotated[ServerState, Depends(server_state)]
+
+
+def authorized(state: State,
+               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
+    key = state.settings.server.api_key
+    if key is None:
+        return
+    if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), key.encode()):
+        raise APIError(401, "missing or wrong API key: send Authorization: Bearer <key>",
+                       type="authentication_error", code="invalid_api_key")
+
+
+def ready_runtime(state: State) -> Runtime:
+    if state.runtime is None:
+        why = f"the models failed to load: {state.load_error}" if state.load_error else "the models are loading"
+        raise APIError(503, why, type="server_error", code="model_not_ready",
+                       headers={"Retry-After": str(RETRY_AFTER_S)})
+    return state.runtime
+
+
+Ready = Annotated[Runtime, Depends(ready_runtime)]
+
+
+def check_model(runtime: Runtime, name: str) -> None:
+    if name != runtime.target_name:
+        raise APIError(404, f"the model {name!r} does not exist; this server serves {runtime.target_name!r}",
+                       param="model", code="model_not_found")
+
+
+# ------------------------------------------------------------------ routes
+
+router = APIRouter()
+api = APIRouter(dependencies=[Depends(authorized)])
+
+@router.get("/health")
+async def health(state: State) -> JSONResponse:
+    worker = state.worker
+    body: dict[str, Any] = {
+        "status": "ok" if state.runtime else "failed" if state.load_error else "loading",
+        "model": state.runtime.target_name if state.runtime else state.settings.models.target,
+        "draft": state.runtime.draft_name if state.runtime else state.settings.models.draft,
+        "running": int(worker is not None and worker.running is not None),
+        "waiting": worker.waiting if worker else 0,
+        "queue_size": state.settings.server.queue_size,
+    }
+    if state.load_error:
+        body["error"] = state.load_error
+    return JSONResponse(body, status_code=200 if state.runtime else 503)
+
+@api.get("/metrics")
+async def metrics(state: State) -> Response:
+    return Response(state.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+@api.get("/v1/models")
+async def models(state: State, runtime: Ready) -> ModelList:
+    card = ModelCard(id=runtime.target_name, created=int(state.started), draft=runtime.draft_name,
+                     modes=list(runtime.modes), max_context=runtime.engine.max_context)
+    return ModelList(data=[card])
+
+@api.post("/v1/chat/completions", response_model=None)
+async def chat_completions(body: ChatCompletionRequest, request: Request, state: State,
+                           runtime: Ready) -> ChatCompletion | StreamingResponse:
+    check_model(runtime, body.model)
+    options = body.speculative or SpeculativeOptions()
+    params, mode = decode_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
+                                 top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
+    prompt_ids = runtime.prompt_ids(body.chat())
+    check_prompt(runtime, prompt_ids, "messages")
+    reply = await start_reply(state, prompt_ids, params, mode, body.stops(), options.fresh_cache)
+    made = envelope("chatcmpl", runtime)
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        return StreamingResponse(chat_stream(reply, made, options.origins, include_usage, len(prompt_ids)),
+                                 media_type="text/event-stream")
+    await run_to_end(reply, request)
+    assert reply.outcome is not None
+    return ChatCompletion(
+        **made,
+        choices=[ChatChoice(message=AssistantMessage(content=reply.outcome.text),
+                            finish_reason=reply.outcome.finish_reason)],
+        usage=usage_of(reply, len(prompt_ids)),
+        speculative=reply.outcome.report,
+    )
+
+async def chat_stream(reply: Reply, made: dict[str, Any], origins: bool, include_usage: bool,
+                      prompt_tokens: int) -> AsyncIterator[str]:
+    yield sse(ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(role="assistant", content=""))]))
+    try:
+        async for piece in reply.pieces():
+            detail = None
+            if origins and piece.record is not None:
+                detail = ChunkSpeculative(tokens=token_origins(piece.tokens), step=step_info(piece.record))
+            if piece.text or detail is not None:
+                yield sse(ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(content=piece.text))],
+                                              speculative=detail))
+    except ReplyFailed as exc:
+        yield sse(_error_event(exc))
+        yield sse("[DONE]")
+        return
+    assert reply.outcome is not None
+    yield sse(ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(),
+                                                               finish_reason=reply.outcome.finish_reason)],
+                                  speculative=ChunkSpeculative(report=reply.outcome.report)))
+    if include_usage:
+        yield sse(ChatCompletionChunk(**made, choices=[], usage=usage_of(reply, prompt_tokens)))
+    yield sse("[DONE]")
+
+@api.post("/v1/completions", response_model=None)
+async def completions(body: CompletionRequest, request: Request, state: State,
+                      runtime: Ready) -> Completion | StreamingResponse:
+    check_model(runtime, body.model)
+    options = body.speculative or SpeculativeOptions()
+    params, mode = decode_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
+                                 top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
+    prompt_ids = completion_prompt_ids(runtime, body.prompt)
+    check_prompt(runtime, prompt_ids, "prompt")
+    reply = await start_reply(state, prompt_ids, params, mode, body.stops(), options.fresh_cache)
+    made = envelope("cmpl", runtime)
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        return StreamingResponse(completion_stream(reply, made, options.origins, include_usage,
+                                                   len(prompt_ids)), media_type="text/event-stream")
+    await run_to_end(reply, request)
+    assert reply.outcome is not None
+    return Completion(**made, choices=[CompletionChoice(text=reply.outcome.text,
+                                                        finish_reason=reply.outcome.finish_reason)],
+                      usage=usage_of(reply, len(prompt_ids)), speculative=reply.outcome.report)
+
+async def completion_stream(reply: Reply, made: dict[str, Any], origins: bool, include_usage: bool,
+                            prompt_tokens: int) -> AsyncIterator[str]:
+    try:
+        async for piece in reply.pieces():
+            detail = None
+            if origins and piece.record is not None:
+                detail = ChunkSpeculative(tokens=token_origins(piece.tokens), step=step_info(piece.record))
+            if piece.text or detail is not None:
+                yield sse(Completion(**made, choices=[CompletionChoice(text=piece.text)], speculative=detail))
+    except ReplyFailed as exc:
+        yield sse(_error_event(exc))
+        yield sse("[DONE]")
+        return
+    assert reply.outcome is not None
+    yield sse(Completion(**made, choices=[CompletionChoice(text="", finish_reason=reply.outcome.finish_reason)],
+                         speculative=ChunkSpeculative(report=reply.outcome.report)))
+    if include_usage:
+        yield sse(Completion(**made, choices=[], usage=usage_of(reply, prompt_tokens)))
+    yield sse("[DONE]")
+
+@api.post("/generate")
+async def generate(body: GenerateRequest, request: Request, state: State, runtime: Ready) -> GenerateResponse:
+    options = SpeculativeOptions(mode=body.mode, k=body.k, tau=body.tau, adaptive_k=body.adaptive_k)
+    params, mode = decode_params(runtime, max_tokens=body.max_new_tokens, temperature=body.temperature,
+                                 top_p=body.top_p, seed=body.seed, options=options, field_prefix="")
+    if body.messages is not None:
+        chat = ChatCompletionRequest(model=runtime.target_name, messages=body.messages).chat()
+        prompt_ids, param = runtime.prompt_ids(chat), "messages"
+    else:
+        prompt_ids, param = completion_prompt_ids(runtime, body.prompt or ""), "prompt"
+    check_prompt(runtime, prompt_ids, param)
+    stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    reply = await start_reply(state, prompt_ids, params, mode, stops, fresh=False)
+    await run_to_end(reply, request)
+    outcome = reply.outcome
+    assert outcome is not None
+    summary = outcome.summary
+    return GenerateResponse(
+        text=outcome.text,
+        acceptance_rate=summary.acceptance_rate,
+        latency_ms=1000 * (reply.queue_s + summary.seconds),
+        tokens_per_s=summary.tokens_per_s,
+        ttft_ms=1000 * summary.ttft_s,
+        mean_accepted_per_step=summary.mean_accepted,
+        steps=summary.steps,
+        drafted=summary.drafted,
+        accepted=summary.accepted,
+        finish_reason=outcome.finish_reason,
+        speculative=outcome.report,
+    )
+
+
+# ------------------------------------------------------------------ the app
+
+
+def create_app(state: ServerState) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.close()
+
+    app = FastAPI(title="specdec-serve", version="0.1.0", lifespan=lifespan,
+                  summary="OpenAI-compatible speculative decoding, with what speculation did per request")
+    app.state.specdec = state
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _first_error(exc)
+        return error_response(400, message, "invalid_request_error", param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(exc.status_code, str(exc.detail), kind)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+
+    app.include_router(router)
+    app.include_router(api)
+    return app
+
+
+def completion_prompt_ids(runtime: Runtime, prompt: str | list[str] | list[int]) -> list[int]:
+    """A completions prompt: raw text (no chat template) or token ids."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        ids = [int(t) for t in prompt]
+        if any(not 0 <= t < runtime.pair.target.vocab_size for t in ids):
+            raise APIError(400, f"token ids must be in 0..{runtime.pair.target.vocab_size - 1}", param="prompt")
+        return ids
+    text = prompt[0] if isinstance(prompt, list) else prompt
+    return runtime.pair.target.tokenizer.encode(str(text))
+

@@ -1,0 +1,187 @@
+"""One request's reply, from the worker's events to what the API sends: text pieces with stop
+strings applied, each step's tokens and record, and at the end the speculation report."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, StepEvent, Token
+from specdec_tui.engine.metrics import RunSummary, StepRecord
+from specdec_tui.server.metrics import ServerMetrics
+from specdec_tui.server.schema import SpeculativeReport, StepInfo, TokenOrigin
+from specdec_tui.server.worker import Ended, Failed, Job, JobItem
+
+#: The engine's finish reasons as OpenAI names them; a reply cancelled by a client gone or a shutdown is
+#: an "abort", as vLLM counts it.
+OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "abort"}
+
+
+class StopFilter:
+    """Cuts text at the first stop string, holding back any tail that could be the start of one."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = list(stops)
+        self.pending = ""
+        self.stopped = False
+
+    def push(self, text: str) -> str:
+        """The part of ``text`` (after what was held back) that is safe to send now."""
+        if self.stopped:
+            return ""
+        self.pending += text
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.pending, self.stopped = self.pending[: min(hits)], "", True
+            return out
+        hold = max((n for s in self.stops for n in range(1, len(s)) if self.pending.endswith(s[:n])), default=0)
+        cut = len(self.pending) - hold
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out
+
+    def flush(self) -> str:
+        out, self.pending = ("" if self.stopped else self.pending), ""
+        return out
+
+
+def acceptance_histogram(records: Sequence[StepRecord]) -> list[int]:
+    """Steps that drafted, by how many drafted tokens they kept."""
+    drafting = [r for r in records if r.drafted]
+    counts = [0] * (max((r.drafted for r in drafting), default=0) + 1)
+    for record in drafting:
+        counts[record.accepted] += 1
+    return counts if drafting else []
+
+
+def speculative_report(summary: RunSummary, records: Sequence[StepRecord], params: DecodeParams,
+                       queue_s: float, finish_reason: str) -> SpeculativeReport:
+    return SpeculativeReport(
+        mode=summary.mode,
+        k=params.k,
+        tau=params.tau,
+        adaptive_k=params.adaptive_k,
+        lossless=params.tau == 1.0,
+        steps=summary.steps,
+        draft_tokens=summary.drafted,
+        accepted_tokens=summary.accepted,
+        acceptance_rate=summary.acceptance_rate,
+        mean_acceptance_length=1 + summary.mean_accepted,
+        per_position_acceptance=list(summary.position_acceptance),
+        acceptance_histogram=acceptance_histogram(records),
+        draft_ms=1000 * sum(r.draft_s for r in records),
+        verify_ms=1000 * sum(r.verify_s for r in records),
+        mean_draft_ms=summary.mean_draft_ms,
+        mean_verify_ms=summary.mean_verify_ms,
+        prompt_tokens=summary.prompt_tokens,
+        completion_tokens=summary.new_tokens,
+        ttft_ms=1000 * summary.ttft_s,
+        queue_ms=1000 * queue_s,
+        seconds=summary.seconds,
+        tokens_per_s=summary.tokens_per_s,
+        finish_reason=finish_reason,
+    )
+
+
+def step_info(record: StepRecord) -> StepInfo:
+    return StepInfo(drafted=record.drafted, accepted=record.accepted, emitted=record.emitted,
+                    draft_ms=1000 * record.draft_s, verify_ms=1000 * record.verify_s)
+
+
+def token_origins(tokens: Sequence[Token]) -> list[TokenOrigin]:
+    return [TokenOrigin(id=t.id, text=t.text, origin=t.origin.value) for t in tokens]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What one step adds: the text safe to send, and the step's tokens and record."""
+
+    text: str
+    tokens: tuple[Token, ...]
+    record: StepRecord | None
+
+
+@dataclass
+class Outcome:
+    text: str
+    finish_reason: str
+    summary: RunSummary
+    report: SpeculativeReport
+
+
+class ReplyFailed(Exception):
+    """The engine raised while decoding this reply."""
+
+
+@dataclass
+class Reply:
+    """Reads one started job to its end; ``outcome`` is set once ``pieces`` is exhausted.
+
+    A reader that stops early (a client gone mid-stream) cancels the reply at the next step; what
+    is left of it is still read, in the background, so the metrics count every reply whole.
+    """
+
+    job: Job
+    params: DecodeParams
+    stops: Sequence[str]
+    metrics: ServerMetrics
+    arrived: float
+    queue_s: float
+    outcome: Outcome | None = None
+    records: list[StepRecord] = field(default_factory=list)
+    _stop: StopFilter = field(init=False)
+    _sent: list[str] = field(default_factory=list)
+    _streamed: str = ""
+    _ended: bool = False
+    _drain_task: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self._stop = StopFilter(self.stops)
+
+    async def pieces(self) -> AsyncIterator[Piece]:
+        try:
+            while not self._ended:
+                piece = self._take(await self.job.items.get())
+                if piece is not None:
+                    yield piece
+        finally:
+            if not self._ended:
+                self.job.cancel.set()
+                self._drain_task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while not self._ended:
+            try:
+                self._take(await self.job.items.get())
+            except ReplyFailed:
+                pass
+
+    def _take(self, item: JobItem) -> Piece | None:
+        if isinstance(item, StepEvent):
+            self.metrics.observe_step(item.record, first=not self.records)
+            self.records.append(item.record)
+            piece = "".join(t.text for t in item.tokens)
+            self._streamed += piece
+            text = self._stop.push(piece)
+            self._sent.append(text)
+            if self._stop.stopped:
+                self.job.cancel.set()
+            return Piece(text, item.tokens, item.record)
+        if isinstance(item, FinishedEvent):
+            # The last characters may have been held back as an unfinished character.
+            rest = item.text[len(self._streamed):] if item.text.startswith(self._streamed) else ""
+            tail = self._stop.push(rest) + self._stop.flush()
+            self._sent.append(tail)
+            reason = "stop" if self._stop.stopped else item.summary.finish_reason
+            report = speculative_report(item.summary, self.records, self.params, self.queue_s, reason)
+            self.outcome = Outcome("".join(self._sent), OPENAI_FINISH[reason], item.summary, report)
+            self.metrics.observe_request(item.summary, self.outcome.finish_reason, self.queue_s,
+                                         time.perf_counter() - self.arrived)
+            return Piece(tail, (), None) if tail else None
+        if isinstance(item, Failed):
+            self.metrics.requests.labels(finished_reason="error").inc()
+            raise ReplyFailed(f"{type(item.error).__name__}: {item.error}") from item.error
+        if isinstance(item, Ended):
+            self._ended = True
+        return None

@@ -5,32 +5,43 @@ VENV ?= .venv
 # With a GPU, set TORCH to the build you want, e.g. `make chat TORCH=torch==2.13.0+cu128`.
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
-INSTALLED := $(VENV)/.installed
+PIP := $(BIN)/python -m pip install --quiet
 
 .PHONY: setup chat serve test test-fast test-real bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(INSTALLED): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,server]"
+# One stamp per set of extras: the chat stays lean, the tests install every extra.
+$(VENV)/.installed-chat: pyproject.toml | $(BIN)/python
+	$(PIP) "$(TORCH)"
+	$(PIP) -e .
 	touch $@
 
-setup: $(INSTALLED)
+$(VENV)/.installed-server: pyproject.toml | $(BIN)/python
+	$(PIP) "$(TORCH)"
+	$(PIP) -e ".[server]"
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(PIP) "$(TORCH)"
+	$(PIP) -e ".[dev,server]"
+	touch $@
+
+setup: $(VENV)/.installed-chat
 
 chat: setup
 	$(BIN)/specdec-tui $(ARGS)
 
-serve: setup
+serve: $(VENV)/.installed-server
 	$(BIN)/specdec-serve $(ARGS)
 
 test: test-fast test-real
 
-test-fast: setup
+test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
 
-test-real: setup
+test-real: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m real_models -s
 
 bench: setup

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from serving import running_server, tiny_runtime
 
+from specdec_tui.bench import cli
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
 from specdec_tui.runtime import Runtime
 from specdec_tui.server.replies import StopFilter
@@ -287,7 +288,7 @@ def metric(server: str, name: str) -> float:
 
 def test_a_client_that_disconnects_mid_stream_cancels_its_reply_and_the_next_starts_at_once():
     slow = tiny_runtime(delay=0.05)
-    with running_server(slow) as (url, state):
+    with running_server(slow) as (url, _):
         body = {"model": "tiny-qwen2", "messages": CHAT, "max_tokens": 200, "stream": True,
                 "speculative": {"mode": "target"}}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=TIMEOUT) as response:
@@ -364,3 +365,27 @@ def test_the_stop_filter_cuts_at_the_first_stop_string_however_the_text_arrives(
     hits = [text.find(s) for s in stops if s in text]
     assert out == (text[: min(hits)] if hits else text)
     assert stop.stopped == bool(hits)
+
+
+# ------------------------------------------------------------------ the load check
+
+
+def test_the_load_check_reports_every_request_of_every_level(runtime: Runtime, capsys, tmp_path):
+    with running_server(runtime) as (url, _):
+        code = cli.main(["serve", "--url", url, "--concurrency", "1,3", "--requests", "4", "--max-tokens", "6",
+                         "--out", str(tmp_path / "rows.jsonl")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"^\| 1 \| 4 \| 0 \| 0 \| \d+ / \d+ \| \d+ / \d+ \| [\d.]+ \|", out, re.MULTILINE), out
+    assert re.search(r"^\| 3 \| 4 \| 0 \| 0 \|", out, re.MULTILINE), out
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and all(r["status"] == 200 and r["tokens"] == 6 for r in rows)
+
+
+def test_the_load_check_counts_designed_503s_apart_from_errors(capsys):
+    with running_server(tiny_runtime(delay=0.03), queue_size=0) as (url, _):
+        code = cli.main(["serve", "--url", url, "--concurrency", "4", "--requests", "4", "--max-tokens", "20"])
+    out = capsys.readouterr().out
+    completed, errors, refused = (int(n) for n in re.search(r"^\| 4 \| (\d+) \| (\d+) \| (\d+) \|", out,
+                                                             re.MULTILINE).groups())
+    assert code == 0 and errors == 0 and refused >= 1 and completed + refused == 4

@@ -37,7 +37,8 @@ def list_of(convert: Callable[[str], T]) -> Callable[[str], list[T]]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="specdec-bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="specdec-bench", description=__doc__,
+                                     epilog="specdec-bench serve --help: the load check against a running server")
     parser.add_argument("--prompts", type=Path, default=None, help="JSONL prompt suite (default: the bundled one)")
     parser.add_argument("--categories", type=list_of(str), default=None, help="only these categories")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
@@ -68,6 +69,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        from specdec_tui.bench import load
+
+        return load.main(argv[1:])
     args = parse_args(argv)
     try:
         settings, origins = settings_from_args(args)
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot_tokens_per_s(lines, args.plot)
         print(f"plot: {args.plot}")
-    print("command: specdec-bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
+    print("command: specdec-bench " + " ".join(shlex.quote(a) for a in argv))
     return 0
 
 

@@ -14,7 +14,7 @@ from specdec_tui.engine.session import Engine
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.loader import ModelPair, load_pair
 from specdec_tui.models.presets import DEFAULT_DRAFT, DEFAULT_TARGET
-from specdec_tui.runtime import build_engine
+from specdec_tui.runtime import Runtime, build_engine
 from specdec_tui.terminal_progress import TerminalProgress
 
 pytestmark = pytest.mark.real_models
@@ -78,3 +78,24 @@ def test_acceptance_on_a_code_prompt_is_reported(engine: Engine, pair: ModelPair
     assert speculative.token_ids == target.token_ids
     assert "def " in speculative.text
     assert summary.acceptance_rate is not None and summary.acceptance_rate > 0.5
+
+
+def test_the_default_pair_served_over_http_gives_one_greedy_reply_in_target_and_hybrid(pair: ModelPair):
+    import openai
+    from serving import running_server
+
+    runtime = Runtime.from_pair(load_settings()[0], pair)
+    messages = [{"role": "user", "content": "Write a Python function that reverses a string. Code only."}]
+    with running_server(runtime) as (url, _):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        replies = {
+            mode: client.chat.completions.create(model=DEFAULT_TARGET, messages=messages, max_tokens=48,
+                                                 temperature=0, extra_body={"speculative": {"mode": mode}})
+            for mode in ("target", "hybrid")
+        }
+    target, hybrid = (replies[m].choices[0].message.content for m in ("target", "hybrid"))
+    report = replies["hybrid"].model_extra["speculative"]
+    print(f"\nserved, 48 tokens: target {replies['target'].model_extra['speculative']['tokens_per_s']:.2f} tok/s, "
+          f"hybrid {report['tokens_per_s']:.2f} tok/s, acceptance {report['acceptance_rate']}")
+    assert hybrid == target and "def " in target
+    assert report["mode"] == "hybrid" and report["accepted_tokens"] > 0

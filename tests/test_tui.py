@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from rich.console import Console
 from tiny import SlowRunner, tiny_pair
 

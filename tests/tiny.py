@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import time
 import json
+import time
 from functools import cache
 from pathlib import Path
 

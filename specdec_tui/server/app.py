@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specdec_tui.config import DecodingSettings, Settings
 from specdec_tui.engine.decoder import DecodeParams, Event
 from specdec_tui.engine.modes import MODES
-from specdec_tui.runtime import Runtime
+from specdec_tui.runtime import Runtime, decode_params
 from specdec_tui.server.metrics import ServerMetrics
 from specdec_tui.server.replies import Reply, ReplyFailed, step_info, token_origins
 from specdec_tui.server.schema import (
@@ -126,7 +126,7 @@ def _first_error(exc: ValidationError | RequestValidationError, prefix: str = ""
     return (f"{param}: {message}" if param else message), param
 
 
-def decode_params(runtime: Runtime, *, max_tokens: int | None, temperature: float | None, top_p: float | None,
+def request_params(runtime: Runtime, *, max_tokens: int | None, temperature: float | None, top_p: float | None,
                   seed: int | None, options: SpeculativeOptions, field_prefix: str) -> tuple[DecodeParams, str]:
     """The request's decoding parameters over the server's settings, validated as settings are."""
     given = {
@@ -152,8 +152,7 @@ def decode_params(runtime: Runtime, *, max_tokens: int | None, temperature: floa
     if mode not in runtime.modes:
         raise APIError(400, f"mode {mode!r} needs a draft model, and this server has none loaded",
                        param=mode_param)
-    names = DecodeParams.__dataclass_fields__
-    return DecodeParams(**{name: getattr(decoding, name) for name in names}), mode
+    return decode_params(decoding), mode
 
 
 def check_prompt(runtime: Runtime, prompt_ids: Sequence[int], param: str) -> None:
@@ -232,6 +231,36 @@ def usage_of(reply: Reply, prompt_tokens: int) -> Usage:
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=new, total_tokens=prompt_tokens + new)
 
 
+class ChunkMaker(Protocol):
+    """Builds one streamed chunk of an endpoint's kind: text, a finish reason, detail or usage."""
+
+    def __call__(self, text: str | None, finish: str | None, detail: ChunkSpeculative | None,
+                 usage: Usage | None = None) -> BaseModel: ...
+
+
+async def event_stream(reply: Reply, chunk: ChunkMaker, opening: BaseModel | None, origins: bool,
+                       include_usage: bool, prompt_tokens: int) -> AsyncIterator[str]:
+    """A reply as server-sent events: its pieces, the finish with the report, usage, ``[DONE]``."""
+    if opening is not None:
+        yield sse(opening)
+    try:
+        async for piece in reply.pieces():
+            detail = None
+            if origins and piece.record is not None:
+                detail = ChunkSpeculative(tokens=token_origins(piece.tokens), step=step_info(piece.record))
+            if piece.text or detail is not None:
+                yield sse(chunk(piece.text, None, detail))
+    except ReplyFailed as exc:
+        yield sse(_error_event(exc))
+        yield sse("[DONE]")
+        return
+    assert reply.outcome is not None
+    yield sse(chunk(None, reply.outcome.finish_reason, ChunkSpeculative(report=reply.outcome.report)))
+    if include_usage:
+        yield sse(chunk(None, None, None, usage_of(reply, prompt_tokens)))
+    yield sse("[DONE]")
+
+
 # ------------------------------------------------------------------ dependencies
 
 BEARER = HTTPBearer(auto_error=False)
@@ -306,7 +335,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
                            runtime: Ready) -> ChatCompletion | StreamingResponse:
     check_model(runtime, body.model)
     options = body.speculative or SpeculativeOptions()
-    params, mode = decode_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
+    params, mode = request_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
                                  top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
     prompt_ids = runtime.prompt_ids(body.chat())
     check_prompt(runtime, prompt_ids, "messages")
@@ -314,8 +343,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
     made = envelope("chatcmpl", runtime)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(chat_stream(reply, made, options.origins, include_usage, len(prompt_ids)),
-                                 media_type="text/event-stream")
+        opening = ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(role="assistant", content=""))])
+        return StreamingResponse(event_stream(reply, chat_chunk(made), opening, options.origins, include_usage,
+                                              len(prompt_ids)), media_type="text/event-stream")
     await run_to_end(reply, request)
     assert reply.outcome is not None
     return ChatCompletion(
@@ -326,35 +356,21 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
         speculative=reply.outcome.report,
     )
 
-async def chat_stream(reply: Reply, made: dict[str, Any], origins: bool, include_usage: bool,
-                      prompt_tokens: int) -> AsyncIterator[str]:
-    yield sse(ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(role="assistant", content=""))]))
-    try:
-        async for piece in reply.pieces():
-            detail = None
-            if origins and piece.record is not None:
-                detail = ChunkSpeculative(tokens=token_origins(piece.tokens), step=step_info(piece.record))
-            if piece.text or detail is not None:
-                yield sse(ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(content=piece.text))],
-                                              speculative=detail))
-    except ReplyFailed as exc:
-        yield sse(_error_event(exc))
-        yield sse("[DONE]")
-        return
-    assert reply.outcome is not None
-    yield sse(ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(),
-                                                               finish_reason=reply.outcome.finish_reason)],
-                                  speculative=ChunkSpeculative(report=reply.outcome.report)))
-    if include_usage:
-        yield sse(ChatCompletionChunk(**made, choices=[], usage=usage_of(reply, prompt_tokens)))
-    yield sse("[DONE]")
+def chat_chunk(made: dict[str, Any]) -> ChunkMaker:
+    def chunk(text: str | None, finish: str | None, detail: ChunkSpeculative | None,
+              usage: Usage | None = None) -> BaseModel:
+        choices = [] if usage else [ChunkChoice(delta=Delta(content=text), finish_reason=finish)]
+        return ChatCompletionChunk(**made, choices=choices, usage=usage, speculative=detail)
+
+    return chunk
+
 
 @api.post("/v1/completions", response_model=None)
 async def completions(body: CompletionRequest, request: Request, state: State,
                       runtime: Ready) -> Completion | StreamingResponse:
     check_model(runtime, body.model)
     options = body.speculative or SpeculativeOptions()
-    params, mode = decode_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
+    params, mode = request_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
                                  top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
     prompt_ids = completion_prompt_ids(runtime, body.prompt)
     check_prompt(runtime, prompt_ids, "prompt")
@@ -362,38 +378,27 @@ async def completions(body: CompletionRequest, request: Request, state: State,
     made = envelope("cmpl", runtime)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(completion_stream(reply, made, options.origins, include_usage,
-                                                   len(prompt_ids)), media_type="text/event-stream")
+        return StreamingResponse(event_stream(reply, completion_chunk(made), None, options.origins,
+                                              include_usage, len(prompt_ids)), media_type="text/event-stream")
     await run_to_end(reply, request)
     assert reply.outcome is not None
     return Completion(**made, choices=[CompletionChoice(text=reply.outcome.text,
                                                         finish_reason=reply.outcome.finish_reason)],
                       usage=usage_of(reply, len(prompt_ids)), speculative=reply.outcome.report)
 
-async def completion_stream(reply: Reply, made: dict[str, Any], origins: bool, include_usage: bool,
-                            prompt_tokens: int) -> AsyncIterator[str]:
-    try:
-        async for piece in reply.pieces():
-            detail = None
-            if origins and piece.record is not None:
-                detail = ChunkSpeculative(tokens=token_origins(piece.tokens), step=step_info(piece.record))
-            if piece.text or detail is not None:
-                yield sse(Completion(**made, choices=[CompletionChoice(text=piece.text)], speculative=detail))
-    except ReplyFailed as exc:
-        yield sse(_error_event(exc))
-        yield sse("[DONE]")
-        return
-    assert reply.outcome is not None
-    yield sse(Completion(**made, choices=[CompletionChoice(text="", finish_reason=reply.outcome.finish_reason)],
-                         speculative=ChunkSpeculative(report=reply.outcome.report)))
-    if include_usage:
-        yield sse(Completion(**made, choices=[], usage=usage_of(reply, prompt_tokens)))
-    yield sse("[DONE]")
+def completion_chunk(made: dict[str, Any]) -> ChunkMaker:
+    def chunk(text: str | None, finish: str | None, detail: ChunkSpeculative | None,
+              usage: Usage | None = None) -> BaseModel:
+        choices = [] if usage else [CompletionChoice(text=text or "", finish_reason=finish)]
+        return Completion(**made, choices=choices, usage=usage, speculative=detail)
+
+    return chunk
+
 
 @api.post("/generate")
 async def generate(body: GenerateRequest, request: Request, state: State, runtime: Ready) -> GenerateResponse:
     options = SpeculativeOptions(mode=body.mode, k=body.k, tau=body.tau, adaptive_k=body.adaptive_k)
-    params, mode = decode_params(runtime, max_tokens=body.max_new_tokens, temperature=body.temperature,
+    params, mode = request_params(runtime, max_tokens=body.max_new_tokens, temperature=body.temperature,
                                  top_p=body.top_p, seed=body.seed, options=options, field_prefix="")
     if body.messages is not None:
         chat = ChatCompletionRequest(model=runtime.target_name, messages=body.messages).chat()

@@ -105,7 +105,8 @@ class RemoteSource:
         return self
 
     def reply(self, messages: Sequence[Message], params: DecodeParams, mode: str,
-              cancel: threading.Event | None = None, fresh: bool = False) -> Iterator[Event]:
+              cancel: threading.Event | None = None, fresh: bool = False,
+              conversation_id: str | None = None) -> Iterator[Event]:
         body = {
             "model": self.target_name,
             "messages": [dict(m) for m in messages],

@@ -108,6 +108,25 @@ class ServerSettings(BaseModel):
     request_timeout: float = Field(60.0, gt=0, description="seconds a request may wait in the queue")
 
 
+class TelemetrySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="export OpenTelemetry traces and metrics of every reply")
+    exporter: Literal["otlp", "console", "none"] = Field("otlp", description="otlp (HTTP), console or none")
+    endpoint: str | None = Field(None, description="OTLP/HTTP base URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT "
+                                 "or http://localhost:4318)")
+    service_name: str = Field("specdec-tui", min_length=1, description="service.name ($OTEL_SERVICE_NAME wins)")
+    step_spans: bool = Field(True, description="a span per decoding step (off for long replies)")
+
+
+class TrackingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mlflow_uri: str | None = Field(None, description="log every chat and server reply to this MLflow tracking URI "
+                                   "('default': a SQLite file in the data folder)")
+    experiment: str = Field("specdec-chat", min_length=1, description="MLflow experiment of chat replies")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", nested_model_default_partial_update=True
@@ -117,6 +136,8 @@ class Settings(BaseSettings):
     decoding: DecodingSettings = DecodingSettings()
     chat: ChatSettings = ChatSettings()
     server: ServerSettings = ServerSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
+    tracking: TrackingSettings = TrackingSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -266,13 +287,19 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--api-key": ("server", "api_key"),
     "--queue-size": ("server", "queue_size"),
     "--request-timeout": ("server", "request_timeout"),
+    "--telemetry": ("telemetry", "enabled"),
+    "--otel-exporter": ("telemetry", "exporter"),
+    "--otel-endpoint": ("telemetry", "endpoint"),
+    "--step-spans": ("telemetry", "step_spans"),
+    "--mlflow-uri": ("tracking", "mlflow_uri"),
 }
 
 #: Settings whose values ``describe_settings`` never prints.
 SECRETS = frozenset({"server.api_key"})
 
 
-def add_settings_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] = ("models", "decoding", "chat")) -> None:
+def add_settings_flags(parser: argparse.ArgumentParser,
+                       only: tuple[str, ...] = ("models", "decoding", "chat", "telemetry", "tracking")) -> None:
     """Add ``--config``, ``--show-settings`` and one flag per setting in the ``only`` groups."""
     group = parser.add_argument_group("settings (override the config file and SPECDEC_* variables)")
     group.add_argument("--config", type=Path, help="TOML config file (default: $SPECDEC_CONFIG or "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from specdec_tui.chat.template import render_prompt
@@ -20,6 +20,8 @@ from specdec_tui.engine.modes import MODES, TARGET
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.loader import ModelPair, load_pair
 from specdec_tui.models.progress import ProgressFn, no_progress
+from specdec_tui.observability.events import ReplyInfo
+from specdec_tui.observability.setup import Observers, observers_from_settings
 
 Message = Mapping[str, str]
 
@@ -32,7 +34,8 @@ class ReplySource(Protocol):
     draft_name: str | None
 
     def reply(self, messages: Sequence[Message], params: DecodeParams, mode: str,
-              cancel: threading.Event | None = None, fresh: bool = False) -> Iterator[Event]:
+              cancel: threading.Event | None = None, fresh: bool = False,
+              conversation_id: str | None = None) -> Iterator[Event]:
         """Events of one reply to ``messages``; ``fresh`` starts from empty caches (for fair compares)."""
         ...
 
@@ -64,15 +67,16 @@ def load_pair_for(settings: Settings, progress: ProgressFn = no_progress) -> Mod
 
 @dataclass
 class Runtime:
-    """A loaded model pair, its engine and the settings they were built from."""
+    """A loaded model pair, its engine, the settings they were built from and the replies' listeners."""
 
     settings: Settings
     pair: ModelPair
     engine: Engine
+    observers: Observers = field(default_factory=Observers)
 
     @classmethod
-    def from_pair(cls, settings: Settings, pair: ModelPair) -> Runtime:
-        return cls(settings, pair, build_engine(pair))
+    def from_pair(cls, settings: Settings, pair: ModelPair, observers: Observers | None = None) -> Runtime:
+        return cls(settings, pair, build_engine(pair), observers or Observers())
 
     @property
     def target_name(self) -> str:
@@ -99,16 +103,32 @@ class Runtime:
         """Token ids that ask the target for the next assistant message of ``messages``."""
         return render_prompt(self.pair.target.tokenizer, messages)
 
-    def reply(self, messages: Sequence[Message], params: DecodeParams, mode: str,
-              cancel: threading.Event | None = None, fresh: bool = False) -> Iterator[Event]:
-        prompt_ids = self.prompt_ids(messages)
+    def generate(self, prompt_ids: Sequence[int], params: DecodeParams, mode: str,
+                 cancel: threading.Event | None = None, *, fresh: bool = False, operation: str = "chat",
+                 messages: Sequence[Message] | None = None, conversation_id: str | None = None,
+                 parent: object | None = None) -> Iterator[Event]:
+        """One reply's events, through every listener; ``fresh`` first empties the KV caches."""
         if fresh:
             self.engine.reset()
-        return self.engine.generate(prompt_ids, params, mode, cancel)
+        events = self.engine.generate(prompt_ids, params, mode, cancel)
+        info = ReplyInfo(prompt_ids, params, mode, self.target_name, self.draft_name, operation, conversation_id,
+                         [dict(m) for m in messages] if messages is not None else None, parent)
+        for listener in self.observers.listeners:
+            events = listener(events, info)
+        return events
+
+    def reply(self, messages: Sequence[Message], params: DecodeParams, mode: str,
+              cancel: threading.Event | None = None, fresh: bool = False,
+              conversation_id: str | None = None) -> Iterator[Event]:
+        return self.generate(self.prompt_ids(messages), params, mode, cancel, fresh=fresh, messages=messages,
+                             conversation_id=conversation_id)
 
 
-def load_runtime(settings: Settings, progress: ProgressFn = no_progress) -> Runtime:
-    return Runtime.from_pair(settings, load_pair_for(settings, progress))
+def load_runtime(settings: Settings, progress: ProgressFn = no_progress,
+                 observers: Observers | None = None) -> Runtime:
+    """The running system the settings describe; ``observers`` default to what the settings turn on."""
+    observers = observers if observers is not None else observers_from_settings(settings)
+    return Runtime.from_pair(settings, load_pair_for(settings, progress), observers)
 
 
 def reply_summary(summary: RunSummary, params: DecodeParams) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import uvicorn
 from tiny import SlowRunner, tiny_pair
 
 from specdec_tui.config import ServerSettings, Settings, load_settings
+from specdec_tui.observability.setup import Observers
 from specdec_tui.runtime import Runtime
 from specdec_tui.server.app import ServerState, create_app
 
@@ -24,12 +25,13 @@ def serving_settings(**server: Any) -> Settings:
     return base.model_copy(update={"server": ServerSettings(host="127.0.0.1", port=0, **server)})
 
 
-def tiny_runtime(delay: float = 0.0, eos: bool = False, settings: Settings | None = None) -> Runtime:
+def tiny_runtime(delay: float = 0.0, eos: bool = False, settings: Settings | None = None,
+                 observers: Observers | None = None) -> Runtime:
     """The tiny pair as a runtime; each target pass takes ``delay`` s; ``eos`` False never stops early."""
     pair = tiny_pair()
     if delay:
         pair.target.runner = SlowRunner(pair.target.runner, delay)  # type: ignore[assignment]
-    runtime = Runtime.from_pair(settings or serving_settings(), pair)
+    runtime = Runtime.from_pair(settings or serving_settings(), pair, observers)
     if not eos:
         runtime.engine.decoder.eos_ids = frozenset()
     return runtime
@@ -39,9 +41,9 @@ def tiny_runtime(delay: float = 0.0, eos: bool = False, settings: Settings | Non
 def running_server(runtime: Runtime | None, **server: Any) -> Iterator[tuple[str, ServerState]]:
     """Serve ``runtime`` (None: still loading) on 127.0.0.1 at a free port; yields (base URL, state)."""
     settings = serving_settings(**server)
-    state = ServerState(settings)
+    state = ServerState(settings, runtime.observers if runtime is not None else None)
     if runtime is not None:
-        state.ready(Runtime(settings, runtime.pair, runtime.engine))
+        state.ready(Runtime(settings, runtime.pair, runtime.engine, runtime.observers))
     config = uvicorn.Config(create_app(state), host="127.0.0.1", port=0, log_level="warning",
                             timeout_graceful_shutdown=2)
     http = uvicorn.Server(config)

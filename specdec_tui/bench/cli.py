@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fixed-k", action="store_true", help="always draft K tokens (no adaptive K)")
     parser.add_argument("--out", type=Path, default=None, help="CSV path (default bench-results/<time>.csv)")
     parser.add_argument("--plot", type=Path, default=None, help="also write a PNG of tokens/s against K")
-    add_settings_flags(parser, only=("models",))
+    add_settings_flags(parser, only=("models", "telemetry"))
     args = parser.parse_args(argv)
     unknown = [m for m in args.modes if m not in ALL_MODES]
     if unknown:

@@ -175,6 +175,7 @@ class SpeculativeDecoder:
         draft = drafter.propose(context, k, sampler) if drafter is not None and k > 0 else Draft([])
         drafted = time.perf_counter()
         logits = self.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1)
+        scored = time.perf_counter()
         verdict = verify_block(draft, logits, params, sampler)
         verified = time.perf_counter()
         emitted, hit_eos = cut_at_eos([*draft.tokens[: verdict.accepted], verdict.next_token][:room], self.eos_ids)
@@ -184,5 +185,6 @@ class SpeculativeDecoder:
             emitted=len(emitted),
             draft_s=drafted - started,
             verify_s=verified - drafted,
+            accept_s=verified - scored,
         )
         return draft, emitted, hit_eos, record

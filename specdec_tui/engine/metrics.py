@@ -15,7 +15,10 @@ class StepRecord:
     accepted: int
     emitted: int
     draft_s: float
+    #: The target's pass over the block and the acceptance check after it.
     verify_s: float
+    #: The acceptance check alone (part of ``verify_s``).
+    accept_s: float = 0.0
 
     @property
     def seconds(self) -> float:

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import secrets
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -26,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specdec_tui.config import DecodingSettings, Settings
 from specdec_tui.engine.decoder import DecodeParams, Event
 from specdec_tui.engine.modes import MODES
+from specdec_tui.observability.setup import Observers
 from specdec_tui.runtime import Runtime, decode_params
 from specdec_tui.server.metrics import ServerMetrics
 from specdec_tui.server.replies import Reply, ReplyFailed, step_info, token_origins
@@ -76,8 +76,10 @@ def error_response(status: int, message: str, type: str, param: str | None = Non
 class ServerState:
     """What the routes share: the settings, the runtime once loaded, its worker and the metrics."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, observers: Observers | None = None) -> None:
         self.settings = settings
+        #: The replies' listeners; the runtime, once loaded, carries the same ones.
+        self.observers = observers or Observers()
         self.runtime: Runtime | None = None
         self.worker: EngineWorker | None = None
         self.load_error: str | None = None
@@ -94,16 +96,15 @@ class ServerState:
     def failed(self, reason: str) -> None:
         self.load_error = reason
 
-    def _generate(self, prompt_ids: Sequence[int], params: DecodeParams, mode: str, cancel: threading.Event,
-                  fresh: bool) -> Iterator[Event]:
+    def _generate(self, job: Job) -> Iterator[Event]:
         assert self.runtime is not None
-        if fresh:
-            self.runtime.engine.reset()
-        return self.runtime.engine.generate(prompt_ids, params, mode, cancel)
+        return self.runtime.generate(job.prompt_ids, job.params, job.mode, job.cancel, fresh=job.fresh,
+                                     operation=job.operation, messages=job.messages, parent=job.parent)
 
     def close(self) -> None:
         if self.worker is not None:
             self.worker.stop()
+        self.observers.close()
 
 
 # ------------------------------------------------------------------ turning a request into a job
@@ -164,11 +165,14 @@ def check_prompt(runtime: Runtime, prompt_ids: Sequence[int], param: str) -> Non
 
 
 async def start_reply(state: ServerState, prompt_ids: Sequence[int], params: DecodeParams, mode: str,
-                      stops: Sequence[str], fresh: bool) -> Reply:
+                      stops: Sequence[str], fresh: bool, operation: str = "chat",
+                      messages: Sequence[dict[str, str]] | None = None) -> Reply:
     """Queue the reply and wait until the worker starts it: every refusal comes before any output."""
-    assert state.worker is not None
+    assert state.worker is not None and state.runtime is not None
     arrived = time.perf_counter()
-    job = Job(prompt_ids, params, mode, fresh, asyncio.get_running_loop())
+    telemetry = state.observers.telemetry
+    job = Job(prompt_ids, params, mode, fresh, asyncio.get_running_loop(), operation, messages,
+              telemetry.current_context() if telemetry is not None else None)
     try:
         state.worker.submit(job)
     except QueueFull:
@@ -337,9 +341,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
     options = body.speculative or SpeculativeOptions()
     params, mode = request_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
                                  top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
-    prompt_ids = runtime.prompt_ids(body.chat())
+    chat = body.chat()
+    prompt_ids = runtime.prompt_ids(chat)
     check_prompt(runtime, prompt_ids, "messages")
-    reply = await start_reply(state, prompt_ids, params, mode, body.stops(), options.fresh_cache)
+    reply = await start_reply(state, prompt_ids, params, mode, body.stops(), options.fresh_cache, messages=chat)
     made = envelope("chatcmpl", runtime)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
@@ -374,7 +379,8 @@ async def completions(body: CompletionRequest, request: Request, state: State,
                                  top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
     prompt_ids = completion_prompt_ids(runtime, body.prompt)
     check_prompt(runtime, prompt_ids, "prompt")
-    reply = await start_reply(state, prompt_ids, params, mode, body.stops(), options.fresh_cache)
+    reply = await start_reply(state, prompt_ids, params, mode, body.stops(), options.fresh_cache,
+                              operation="text_completion")
     made = envelope("cmpl", runtime)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
@@ -400,6 +406,7 @@ async def generate(body: GenerateRequest, request: Request, state: State, runtim
     options = SpeculativeOptions(mode=body.mode, k=body.k, tau=body.tau, adaptive_k=body.adaptive_k)
     params, mode = request_params(runtime, max_tokens=body.max_new_tokens, temperature=body.temperature,
                                  top_p=body.top_p, seed=body.seed, options=options, field_prefix="")
+    chat = None
     if body.messages is not None:
         chat = ChatCompletionRequest(model=runtime.target_name, messages=body.messages).chat()
         prompt_ids, param = runtime.prompt_ids(chat), "messages"
@@ -407,7 +414,8 @@ async def generate(body: GenerateRequest, request: Request, state: State, runtim
         prompt_ids, param = completion_prompt_ids(runtime, body.prompt or ""), "prompt"
     check_prompt(runtime, prompt_ids, param)
     stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-    reply = await start_reply(state, prompt_ids, params, mode, stops, fresh=False)
+    reply = await start_reply(state, prompt_ids, params, mode, stops, fresh=False,
+                              operation="chat" if chat is not None else "text_completion", messages=chat)
     await run_to_end(reply, request)
     outcome = reply.outcome
     assert outcome is not None
@@ -460,6 +468,12 @@ def create_app(state: ServerState) -> FastAPI:
 
     app.include_router(router)
     app.include_router(api)
+    if state.observers.telemetry is not None:
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        telemetry = state.observers.telemetry
+        FastAPIInstrumentor.instrument_app(app, tracer_provider=telemetry.tracer_provider,
+                                           meter_provider=telemetry.meter_provider, exclude_spans=["receive", "send"])
     return app
 
 

@@ -27,7 +27,7 @@ def is_loopback(host: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec-serve", description=__doc__)
-    add_settings_flags(parser, only=("models", "decoding", "server"))
+    add_settings_flags(parser, only=("models", "decoding", "server", "telemetry", "tracking"))
     args = parser.parse_args(argv)
     try:
         settings, origins = settings_from_args(args)
@@ -48,11 +48,17 @@ def serve(settings: Settings) -> int:
     import uvicorn
     from transformers.utils import logging as hf_logging
 
+    from specdec_tui.observability.setup import observers_from_settings
     from specdec_tui.server.app import ServerState, create_app
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    state = ServerState(settings)
+    try:
+        observers = observers_from_settings(settings)
+    except SettingsError as exc:
+        print(f"specdec-serve: error: {exc}", file=sys.stderr)
+        return 2
+    state = ServerState(settings, observers)
     config = uvicorn.Config(create_app(state), host=settings.server.host, port=settings.server.port,
                             log_level="info", timeout_graceful_shutdown=5)
     http = uvicorn.Server(config)
@@ -64,7 +70,7 @@ def serve(settings: Settings) -> int:
 
         progress = TerminalProgress()
         try:
-            runtime = load_runtime(settings, progress)
+            runtime = load_runtime(settings, progress, observers)
         except (ModelError, OSError, ValueError) as exc:
             state.failed(str(exc))
             print(f"specdec-serve: error: {exc}", file=sys.stderr)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from specdec_tui.engine.decoder import DecodeParams, Event
 
-#: Runs one reply: (prompt ids, params, mode, cancel, fresh) -> its events.
-Generate = Callable[[Sequence[int], DecodeParams, str, threading.Event, bool], Iterator[Event]]
+#: Runs one job's reply: its events.
+Generate = Callable[["Job"], Iterator[Event]]
 
 
 class QueueFull(Exception):
@@ -56,6 +56,10 @@ class Job:
     mode: str
     fresh: bool
     loop: asyncio.AbstractEventLoop
+    #: What the reply's listeners are told: the GenAI operation, the chat, the request's trace context.
+    operation: str = "chat"
+    messages: Sequence[dict[str, str]] | None = None
+    parent: object | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     items: asyncio.Queue[JobItem] = field(default_factory=asyncio.Queue)
     queued_at: float = field(default_factory=time.perf_counter)
@@ -134,7 +138,7 @@ class EngineWorker:
                 self.running = job
             job._put(Started(time.perf_counter() - job.queued_at))
             try:
-                for event in self.generate(job.prompt_ids, job.params, job.mode, job.cancel, job.fresh):
+                for event in self.generate(job):
                     job._put(event)
             except Exception as exc:  # noqa: BLE001 - a failed reply is reported to its request, never fatal
                 job._put(Failed(exc))

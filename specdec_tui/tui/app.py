@@ -301,7 +301,8 @@ class SpecDecApp(App[None]):
         records: list[StepRecord] = []
         last_post = start
         try:
-            for event in self.source.reply(run.messages, run.params, run.mode, cancel):
+            conversation = str(self.conversation_id) if self.conversation_id is not None else None
+            for event in self.source.reply(run.messages, run.params, run.mode, cancel, conversation_id=conversation):
                 if isinstance(event, StepEvent):
                     tokens.extend(event.tokens)
                     records.append(event.record)

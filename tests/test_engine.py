@@ -393,3 +393,13 @@ def test_every_mode_teaches_one_verify_cost_table_that_all_drafters_read():
     run(engine, "prompt-lookup", DecodeParams(k=3, max_new_tokens=8))
     assert len(engine.policies) == 3  # model, prompt lookup, and hybrid's stricter lookup
     assert all(p.verify_cost is engine.decoder.verify_cost for p in engine.policies.values())
+
+
+def test_a_second_engine_on_the_same_runners_starts_from_empty_caches():
+    first = tiny_engine("llama", eos_ids=frozenset())
+    run(first, "model", fixed(k=3, max_new_tokens=10))
+    second = Engine(first.target.runner, tiny_tokenizer(), draft=first.draft.runner, eos_ids=frozenset(),
+                    max_context=256, vocab_size=first.vocab_size)
+    fresh = tiny_engine("llama", eos_ids=frozenset())
+    assert run(second, "model", fixed(k=3, max_new_tokens=10)).token_ids == run(
+        fresh, "model", fixed(k=3, max_new_tokens=10)).token_ids

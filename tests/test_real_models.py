@@ -80,11 +80,12 @@ def test_acceptance_on_a_code_prompt_is_reported(engine: Engine, pair: ModelPair
     assert summary.acceptance_rate is not None and summary.acceptance_rate > 0.5
 
 
-def test_the_default_pair_served_over_http_gives_one_greedy_reply_in_target_and_hybrid(pair: ModelPair):
+def test_the_default_pair_served_over_http_gives_one_greedy_reply_in_target_and_hybrid(pair: ModelPair,
+                                                                                       engine: Engine):
     import openai
     from serving import running_server
 
-    runtime = Runtime.from_pair(load_settings()[0], pair)
+    runtime = Runtime(load_settings()[0], pair, engine)
     messages = [{"role": "user", "content": "Write a Python function that reverses a string. Code only."}]
     with running_server(runtime) as (url, _):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)

@@ -41,6 +41,8 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 class CachedModel:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
+        # What the runner holds from earlier use is unknown here, so start from an empty cache.
+        runner.reset()
         self.ids: list[int] = []
         #: How many tokens the latest forward pass fed (1 for a decode step, more for a prefill).
         self.last_fed = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -85,9 +86,9 @@ def test_a_reply_is_one_genai_span_with_a_step_span_tree_summing_to_it():
         parts = children(spans, step)
         assert [p.name for p in parts] == ["draft_infer", "target_infer", "acceptance_check"]
         assert step.start_time == parts[0].start_time and parts[-1].end_time == step.end_time
-        assert all(p.end_time <= q.start_time + 1 for p, q in zip(parts, parts[1:], strict=False))
+        assert all(p.end_time <= q.start_time + 1 for p, q in itertools.pairwise(parts))
     assert root.start_time <= top[0].start_time and steps[-1].end_time <= root.end_time
-    assert all(s.start_time >= prev.end_time - 2_000_000 for prev, s in zip(steps, steps[1:], strict=False))
+    assert all(s.start_time >= prev.end_time - 2_000_000 for prev, s in itertools.pairwise(steps))
 
 
 def test_metrics_match_the_run_summary():

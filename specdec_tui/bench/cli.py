@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -14,11 +15,12 @@ import torch
 from tqdm import tqdm
 
 from specdec_tui.bench.harness import BenchPlan, BenchRow, peak_memory_mb, run_suite, write_csv
-from specdec_tui.bench.modes import ALL_MODES, run_mode
-from specdec_tui.bench.report import format_summary, plot_tokens_per_s, summarize_rows
+from specdec_tui.bench.modes import ALL_MODES, ENGINE_MODES, TRACED_SUFFIX, run_mode, split_mode
+from specdec_tui.bench.report import format_summary, paired_ratio, plot_tokens_per_s, summarize_rows
 from specdec_tui.bench.suite import SuiteError, default_suite_path, load_suite, select_prompts
 from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
 from specdec_tui.models.errors import ModelError
+from specdec_tui.observability.setup import Observers, require, telemetry_from_settings
 from specdec_tui.runtime import load_runtime
 from specdec_tui.terminal_progress import TerminalProgress
 
@@ -56,11 +58,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fixed-k", action="store_true", help="always draft K tokens (no adaptive K)")
     parser.add_argument("--out", type=Path, default=None, help="CSV path (default bench-results/<time>.csv)")
     parser.add_argument("--plot", type=Path, default=None, help="also write a PNG of tokens/s against K")
+    parser.add_argument("--telemetry-overhead", action="store_true",
+                        help="also run each engine mode through the OpenTelemetry listener (MODE+telemetry), "
+                             "interleaved, to measure what tracing costs")
+    parser.add_argument("--mlflow", nargs="?", const="default", default=None, metavar="URI",
+                        help="log this run to MLflow (default URI: a SQLite file in the data folder)")
     add_settings_flags(parser, only=("models", "telemetry"))
     args = parser.parse_args(argv)
-    unknown = [m for m in args.modes if m not in ALL_MODES]
-    if unknown:
-        parser.error(f"unknown mode {unknown[0]!r}; choose from {DEFAULT_MODES}")
+    for mode in args.modes:
+        try:
+            split_mode(mode)
+        except ValueError as exc:
+            parser.error(str(exc))
+    if args.telemetry_overhead:
+        args.modes += [f"{m}{TRACED_SUFFIX}" for m in args.modes if m in ENGINE_MODES]
     if any(k < 1 or k > 32 for k in args.ks):
         parser.error("every K must be in 1..32")
     if any(not 0 < t <= 1 for t in args.taus):
@@ -82,13 +93,21 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         prompts = load_suite(args.prompts or default_suite_path())
         prompts = select_prompts(prompts, args.categories, args.limit)
+        # Bench runs are not chat replies: only telemetry listens to them (never with --telemetry-overhead,
+        # where the plain modes are the untraced half of the comparison).
+        telemetry = telemetry_from_settings(settings.telemetry) if settings.telemetry.enabled else None
+        overhead = telemetry_from_settings(settings.telemetry.model_copy(
+            update={"exporter": "none"} if not settings.telemetry.enabled else {})) if args.telemetry_overhead else None
+        if args.mlflow:
+            require("tracking", "--mlflow", "mlflow")
         progress = TerminalProgress()
-        runtime = load_runtime(settings, progress)
+        runtime = load_runtime(settings, progress, Observers(telemetry=None if overhead else telemetry))
         progress.close()
     except (SettingsError, ModelError, SuiteError) as exc:
         print(f"specdec-bench: error: {exc}", file=sys.stderr)
         return 2
-    pair, engine, models = runtime.pair, runtime.engine, settings.models
+    pair, models = runtime.pair, settings.models
+    traced = replace(runtime, observers=Observers(telemetry=overhead)) if overhead else None
     min_confidence = settings.decoding.draft_min_confidence if args.min_confidence is None else args.min_confidence
     plan = BenchPlan(modes=args.modes, ks=args.ks, taus=args.taus, temperature=args.temperature, top_p=args.top_p,
                      max_new_tokens=args.new_tokens, repeats=args.repeats, seed=args.seed,
@@ -98,14 +117,14 @@ def main(argv: list[str] | None = None) -> int:
           f"device {pair.target.device}, torch threads {torch.get_num_threads()}", file=sys.stderr)
     warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])
     for mode in plan.modes:  # first calls allocate and page in; keep them out of the numbers
-        run_mode(pair, engine, mode, warm, plan.params(plan.ks[0], 1.0, 0, max_new_tokens=8))
+        run_mode(runtime, mode, warm, plan.params(plan.ks[0], 1.0, 0, max_new_tokens=8), traced)
     bar = tqdm(total=len(prompts) * plan.runs_per_prompt(), unit="run", file=sys.stderr, dynamic_ncols=True)
 
     def on_row(row: BenchRow) -> None:
         bar.set_postfix_str(f"{row.prompt_id} {row.mode} k={row.k} {row.tokens_per_s:.1f} tok/s", refresh=False)
         bar.update()
 
-    rows = run_suite(runtime, prompts, plan, on_row)
+    rows = run_suite(runtime, prompts, plan, on_row, traced)
     bar.close()
     out = args.out or Path("bench-results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.csv"
     write_csv(rows, out)
@@ -116,7 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot_tokens_per_s(lines, args.plot)
         print(f"plot: {args.plot}")
-    print("command: specdec-bench " + " ".join(shlex.quote(a) for a in argv))
+    for category in sorted({row.category for row in rows}):
+        for mode in (m for m in plan.modes if m.endswith(TRACED_SUFFIX)):
+            ratio = paired_ratio(rows, mode, mode.removesuffix(TRACED_SUFFIX), category)
+            if ratio is not None:
+                print(f"telemetry overhead, {category}, {mode.removesuffix(TRACED_SUFFIX)}: paired tok/s ratio "
+                      f"{ratio:.3f} (traced / untraced)")
+    command = "specdec-bench " + " ".join(shlex.quote(a) for a in argv)
+    if args.mlflow:
+        from specdec_tui.bench.tracking import bench_log
+        from specdec_tui.observability.tracking import log_bench, resolve_tracking_uri
+
+        uri = resolve_tracking_uri(args.mlflow)
+        logged = bench_log(rows, lines, plan, settings, origins, out, args.plot, command, args.prompts)
+        run_id = log_bench(uri, logged)
+        print(f"mlflow: run {run_id} at {uri}" if run_id else f"mlflow: not logged (see the warning); rows: {out}")
+    print(f"command: {command}")
+    for observer in (telemetry, overhead):
+        if observer is not None:
+            observer.shutdown()
     return 0
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from specdec_tui.bench.modes import SINGLE_SETTING_MODES, RunResult, run_mode
+from specdec_tui.bench.modes import SINGLE_SETTING_MODES, RunResult, run_mode, split_mode
 from specdec_tui.bench.suite import BenchPrompt
 from specdec_tui.engine.decoder import DecodeParams
 from specdec_tui.runtime import Runtime
@@ -52,7 +52,7 @@ class BenchPlan:
                             adaptive_k=self.adaptive_k, draft_min_confidence=self.draft_min_confidence)
 
     def settings_for(self, mode: str) -> list[tuple[int, float]]:
-        if mode in SINGLE_SETTING_MODES:
+        if split_mode(mode)[0] in SINGLE_SETTING_MODES:
             return [(0, 1.0)]
         return list(itertools.product(self.ks, self.taus))
 
@@ -71,6 +71,7 @@ def run_suite(
     prompts: Sequence[BenchPrompt],
     plan: BenchPlan,
     on_row: Callable[[BenchRow], None] = lambda row: None,
+    traced: Runtime | None = None,
 ) -> list[BenchRow]:
     """Run ``plan`` over ``prompts``; ``target`` always runs first for each prompt and repeat."""
     rows: list[BenchRow] = []
@@ -81,7 +82,7 @@ def run_suite(
             reference: RunResult | None = None
             for mode in modes:
                 for k, tau in plan.settings_for(mode):
-                    result = run_mode(runtime.pair, runtime.engine, mode, prompt_ids, plan.params(k, tau, repeat))
+                    result = run_mode(runtime, mode, prompt_ids, plan.params(k, tau, repeat), traced)
                     reference = reference or result
                     row = BenchRow(
                         prompt_id=prompt.id,

@@ -12,13 +12,15 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
 from specdec_tui.engine.modes import HYBRID, MODEL, PROMPT_LOOKUP, TARGET
-from specdec_tui.engine.session import Engine
 from specdec_tui.models.loader import ModelPair
+from specdec_tui.runtime import Runtime
 
 #: Bench mode -> engine mode. The hf-* modes are Hugging Face generate() on the same loaded pair.
 ENGINE_MODES = {"target": TARGET, "speculative": MODEL, "prompt-lookup": PROMPT_LOOKUP, "hybrid": HYBRID}
 HF_MODES = ("hf-assisted", "hf-target")
 ALL_MODES = (*ENGINE_MODES, *HF_MODES)
+#: An engine mode with this suffix runs through the telemetry listener, for overhead A/B runs.
+TRACED_SUFFIX = "+telemetry"
 #: Modes where K and tau change nothing; they run once per prompt and repeat.
 SINGLE_SETTING_MODES = frozenset({"target", "hf-target"})
 
@@ -35,9 +37,8 @@ class RunResult:
         return len(self.token_ids) / self.seconds if self.seconds > 0 else 0.0
 
 
-def run_engine(engine: Engine, mode: str, prompt_ids: Sequence[int], params: DecodeParams) -> RunResult:
-    engine.reset()
-    finished = list(engine.generate(prompt_ids, params, ENGINE_MODES[mode]))[-1]
+def run_engine(runtime: Runtime, mode: str, prompt_ids: Sequence[int], params: DecodeParams) -> RunResult:
+    finished = list(runtime.generate(prompt_ids, params, ENGINE_MODES[mode], fresh=True))[-1]
     assert isinstance(finished, FinishedEvent)
     summary = finished.summary
     return RunResult(
@@ -93,9 +94,23 @@ def run_hf(pair: ModelPair, mode: str, prompt_ids: Sequence[int], params: Decode
     return RunResult(tuple(int(t) for t in output[0, input_ids.shape[1] :]), seconds, None, None)
 
 
-def run_mode(pair: ModelPair, engine: Engine, mode: str, prompt_ids: Sequence[int], params: DecodeParams) -> RunResult:
-    if mode in ENGINE_MODES:
-        return run_engine(engine, mode, prompt_ids, params)
-    if mode in HF_MODES:
-        return run_hf(pair, mode, prompt_ids, params)
-    raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(ALL_MODES)}")
+def split_mode(mode: str) -> tuple[str, bool]:
+    """A bench mode's engine or HF mode, and whether it runs through the telemetry listener."""
+    base, traced = mode.removesuffix(TRACED_SUFFIX), mode.endswith(TRACED_SUFFIX)
+    if base not in ALL_MODES or (traced and base not in ENGINE_MODES):
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(ALL_MODES)} "
+                         f"(an engine mode may end in {TRACED_SUFFIX})")
+    return base, traced
+
+
+def run_mode(runtime: Runtime, mode: str, prompt_ids: Sequence[int], params: DecodeParams,
+             traced: Runtime | None = None) -> RunResult:
+    """One run; a ``+telemetry`` mode runs on ``traced`` (the same engine, with the telemetry listener)."""
+    base, with_telemetry = split_mode(mode)
+    if base in HF_MODES:
+        return run_hf(runtime.pair, base, prompt_ids, params)
+    if with_telemetry:
+        if traced is None:
+            raise ValueError(f"mode {mode!r} needs a runtime with telemetry")
+        runtime = traced
+    return run_engine(runtime, base, prompt_ids, params)

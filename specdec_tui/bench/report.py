@@ -45,6 +45,22 @@ def summarize_rows(rows: Sequence[BenchRow]) -> list[SummaryLine]:
     return lines
 
 
+def paired_ratio(rows: Sequence[BenchRow], mode: str, baseline: str, category: str) -> float | None:
+    """Median, over the category's prompts and repeats, of ``mode``'s tokens/s over ``baseline``'s on the
+    same prompt (and the same K and tau, unless the baseline runs once per prompt)."""
+    picked = [r for r in rows if r.category == category]
+    base_rows = [r for r in picked if r.mode == baseline]
+    per_prompt = all(r.k == 0 for r in base_rows)
+
+    def key(row: BenchRow) -> tuple:
+        return (row.prompt_id, row.repeat) if per_prompt else (row.prompt_id, row.repeat, row.k, row.tau)
+
+    base = {key(r): r.tokens_per_s for r in base_rows}
+    ratios = [r.tokens_per_s / base[key(r)] for r in picked
+              if r.mode == mode and base.get(key(r))]
+    return median(ratios) if ratios else None
+
+
 def format_summary(lines: Sequence[SummaryLine]) -> str:
     """A Markdown table, one row per (category, mode, K, tau)."""
     header = "| category | mode | K | tau | runs | median tok/s | speedup vs target | acceptance | identical |"

@@ -59,9 +59,10 @@ def observers_from_settings(settings: Settings) -> Observers:
     tracker = None
     if settings.tracking.mlflow_uri is not None:
         require("tracking", "tracking.mlflow_uri", "mlflow")
-        from specdec_tui.observability.tracking import ReplyTracker, resolve_tracking_uri
+        from specdec_tui.observability.tracking import ReplyTracker, model_versions, resolve_tracking_uri
 
-        tracker = ReplyTracker(resolve_tracking_uri(settings.tracking.mlflow_uri), settings.tracking.experiment)
+        tracker = ReplyTracker(resolve_tracking_uri(settings.tracking.mlflow_uri), settings.tracking.experiment,
+                               model_versions(settings.models.target, settings.models.draft))
     return Observers(telemetry, tracker)
 
 
@@ -87,6 +88,19 @@ class ReportingExporter:
         return self.inner.force_flush(timeout_millis)
 
 
+class DiscardingExporter:
+    def export(self, spans):  # type: ignore[no-untyped-def]
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
 def telemetry_from_settings(settings: TelemetrySettings) -> Telemetry:
     require("telemetry", "telemetry.enabled", "opentelemetry.sdk")
     from opentelemetry.sdk.metrics import MeterProvider
@@ -107,18 +121,26 @@ def telemetry_from_settings(settings: TelemetrySettings) -> Telemetry:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        base = (settings.endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or DEFAULT_OTLP_ENDPOINT)
-        base = base.rstrip("/")
+        # Without an endpoint setting the exporters read OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT
+        # themselves (default http://localhost:4318); headers come from OTEL_EXPORTER_OTLP_*HEADERS.
+        base = settings.endpoint.rstrip("/") if settings.endpoint else None
+        where = base or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+            "OTEL_EXPORTER_OTLP_ENDPOINT") or DEFAULT_OTLP_ENDPOINT
         # The exporter's own per-failure messages would repeat for every batch; ours says it once.
         logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.CRITICAL)
-        spans = ReportingExporter(OTLPSpanExporter(endpoint=f"{base}/v1/traces", timeout=EXPORT_TIMEOUT_S), base)
+        spans = ReportingExporter(OTLPSpanExporter(endpoint=f"{base}/v1/traces" if base else None,
+                                                   timeout=EXPORT_TIMEOUT_S), where)
         tracer_provider.add_span_processor(BatchSpanProcessor(
             spans, max_queue_size=2048, export_timeout_millis=1000 * EXPORT_TIMEOUT_S))  # type: ignore[arg-type]
         readers.append(PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=f"{base}/v1/metrics", timeout=EXPORT_TIMEOUT_S),
+            OTLPMetricExporter(endpoint=f"{base}/v1/metrics" if base else None, timeout=EXPORT_TIMEOUT_S),
             export_timeout_millis=1000 * EXPORT_TIMEOUT_S))
     elif settings.exporter == "console":
         tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
         readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
+    else:
+        # "none": spans are made and batched as for a real exporter, then dropped (what tracing costs
+        # in this process, without a network).
+        tracer_provider.add_span_processor(BatchSpanProcessor(DiscardingExporter()))
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     return Telemetry(tracer_provider, meter_provider, settings.step_spans)

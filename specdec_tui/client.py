@@ -57,7 +57,8 @@ def summary_of(report: dict[str, Any]) -> RunSummary:
 def step_event(detail: dict[str, Any]) -> StepEvent:
     step = detail["step"]
     record = StepRecord(drafted=step["drafted"], accepted=step["accepted"], emitted=step["emitted"],
-                        draft_s=step["draft_ms"] / 1000, verify_s=step["verify_ms"] / 1000)
+                        draft_s=step["draft_ms"] / 1000, verify_s=step["verify_ms"] / 1000,
+                        accept_s=step.get("accept_ms", 0.0) / 1000)
     tokens = tuple(Token(t["id"], Origin(t["origin"]), t["text"]) for t in detail["tokens"])
     return StepEvent(tokens, record)
 

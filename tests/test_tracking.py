@@ -52,10 +52,11 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def test_a_bench_run_and_its_sweep_are_read_back_from_a_sqlite_store(tmp_path: Path):
-    plan = BenchPlan(modes=["target", "speculative", "hybrid"], ks=[2, 3], taus=[1.0], max_new_tokens=8,
-                     adaptive_k=False)
+    plan = BenchPlan(modes=["target", "speculative", "hybrid", "hybrid+telemetry"], ks=[2, 3], taus=[1.0],
+                     max_new_tokens=8, adaptive_k=False)
     bench_runtime = runtime()
-    rows = run_suite(bench_runtime, PROMPTS, plan)
+    traced = replace(bench_runtime, observers=Observers(telemetry=Telemetry(TracerProvider(), MeterProvider())))
+    rows = run_suite(bench_runtime, PROMPTS, plan, traced=traced)
     out = tmp_path / "rows.csv"
     write_csv(rows, out)
     lines = summarize_rows(rows)
@@ -66,18 +67,20 @@ def test_a_bench_run_and_its_sweep_are_read_back_from_a_sqlite_store(tmp_path: P
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(run_id)
     params = run.data.params
-    assert (params["modes"], params["ks"], params["taus"], params["new_tokens"]) == ("target,speculative,hybrid",
-                                                                                     "2,3", "1", "8")
+    assert (params["modes"], params["ks"], params["taus"], params["new_tokens"]) == (
+        "target,speculative,hybrid,hybrid+telemetry", "2,3", "1", "8")
     assert params["target_version"].startswith("sha256:") and params["precision"] == settings.models.precision
     assert params["prompt_count"] == "2" and params["package_version"]
     metrics = run.data.metrics
     for row in read_csv(out):  # one prompt per category: each median is that prompt's own row
-        key = f"{row['category']}/{row['mode']}" + (f"/k{row['k']}_tau1" if row["k"] != "0" else "")
+        mode = row["mode"].replace("+", "_")  # MLflow allows no "+" in a metric name
+        key = f"{row['category']}/{mode}" + (f"/k{row['k']}_tau1" if row["k"] != "0" else "")
         assert metrics[f"{key}/median_tokens_per_s"] == pytest.approx(float(row["tokens_per_s"]))
         assert metrics[f"{key}/identical_share"] == (row["identical_to_target"] == "True")
     for line in lines:
-        key = f"{line.category}/{line.mode}" + (f"/k{line.k}_tau{line.tau:g}" if line.k else "")
+        key = f"{line.category}/{line.mode.replace('+', '_')}" + (f"/k{line.k}_tau{line.tau:g}" if line.k else "")
         assert metrics[f"{key}/speedup_vs_target"] == pytest.approx(line.median_speedup)
+    assert metrics["code/hybrid_telemetry/paired_over_target"] > 0
     assert metrics["code/speculative/paired_over_target"] == pytest.approx(
         paired_ratio(rows, "speculative", "target", "code"))
     assert metrics["peak_memory_mb"] > 0

@@ -11,8 +11,10 @@ import atexit
 import json
 import logging
 import queue
+import re
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -95,11 +97,14 @@ def _params(values: dict[str, Any]) -> list[Param]:
     return [Param(key, str(value)[:6000]) for key, value in values.items() if value is not None]
 
 
-def _metrics(values: dict[str, float | None], step: int = 0) -> list[Metric]:
-    from time import time
+def metric_key(name: str) -> str:
+    """``name`` with what MLflow refuses in a metric name (``+``, ``=``...) as ``_``."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name)
 
-    now = int(time() * 1000)
-    return [Metric(key, float(value), now, step) for key, value in values.items() if value is not None]
+
+def _metrics(values: dict[str, float | None], step: int = 0) -> list[Metric]:
+    now = int(time.time() * 1000)
+    return [Metric(metric_key(key), float(value), now, step) for key, value in values.items() if value is not None]
 
 
 # ------------------------------------------------------------------ bench runs

@@ -86,7 +86,7 @@ def speculative_report(summary: RunSummary, records: Sequence[StepRecord], param
 
 def step_info(record: StepRecord) -> StepInfo:
     return StepInfo(drafted=record.drafted, accepted=record.accepted, emitted=record.emitted,
-                    draft_ms=1000 * record.draft_s, verify_ms=1000 * record.verify_s)
+                    draft_ms=1000 * record.draft_s, verify_ms=1000 * record.verify_s, accept_ms=1000 * record.accept_s)
 
 
 def token_origins(tokens: Sequence[Token]) -> list[TokenOrigin]:

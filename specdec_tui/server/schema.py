@@ -61,7 +61,9 @@ class StepInfo(BaseModel):
     accepted: int
     emitted: int
     draft_ms: float
+    #: The target's pass and the acceptance check after it; ``accept_ms`` is the check alone.
     verify_ms: float
+    accept_ms: float = 0.0
 
 
 class SpeculativeReport(BaseModel):

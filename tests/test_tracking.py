@@ -25,7 +25,7 @@ from serving import serving_settings
 from tiny import tiny_pair
 
 from specdec_tui.bench.harness import BenchPlan, run_suite, write_csv
-from specdec_tui.bench.report import paired_ratio, summarize_rows
+from specdec_tui.bench.report import summarize_rows
 from specdec_tui.bench.suite import BenchPrompt
 from specdec_tui.bench.tracking import bench_log
 from specdec_tui.config import TelemetrySettings, load_settings
@@ -80,9 +80,14 @@ def test_a_bench_run_and_its_sweep_are_read_back_from_a_sqlite_store(tmp_path: P
     for line in lines:
         key = f"{line.category}/{line.mode.replace('+', '_')}" + (f"/k{line.k}_tau{line.tau:g}" if line.k else "")
         assert metrics[f"{key}/speedup_vs_target"] == pytest.approx(line.median_speedup)
-    assert metrics["code/hybrid_telemetry/paired_over_target"] > 0
-    assert metrics["code/speculative/paired_over_target"] == pytest.approx(
-        paired_ratio(rows, "speculative", "target", "code"))
+    assert metrics["code/hybrid_telemetry/k2_tau1/paired_over_target"] > 0
+    target_speed = next(float(r["tokens_per_s"]) for r in read_csv(out) if (r["category"], r["mode"]) == (
+        "code", "target"))
+    for k in (2, 3):
+        speed = next(float(r["tokens_per_s"]) for r in read_csv(out)
+                     if (r["category"], r["mode"], r["k"]) == ("code", "speculative", str(k)))
+        assert metrics[f"code/speculative/k{k}_tau1/paired_over_target"] == pytest.approx(speed / target_speed,
+                                                                                          rel=1e-3)
     assert metrics["peak_memory_mb"] > 0
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert artifacts == {"rows.csv", "settings.txt"}

@@ -45,10 +45,13 @@ def summarize_rows(rows: Sequence[BenchRow]) -> list[SummaryLine]:
     return lines
 
 
-def paired_ratio(rows: Sequence[BenchRow], mode: str, baseline: str, category: str) -> float | None:
+def paired_ratio(rows: Sequence[BenchRow], mode: str, baseline: str, category: str,
+                 setting: tuple[int, float] | None = None) -> float | None:
     """Median, over the category's prompts and repeats, of ``mode``'s tokens/s over ``baseline``'s on the
-    same prompt (and the same K and tau, unless the baseline runs once per prompt)."""
-    picked = [r for r in rows if r.category == category]
+    same prompt (and the same K and tau, unless the baseline runs once per prompt); ``setting`` keeps
+    only ``mode``'s runs at that (K, tau)."""
+    picked = [r for r in rows if r.category == category and (
+        setting is None or r.mode != mode or (r.k, r.tau) == setting)]
     base_rows = [r for r in picked if r.mode == baseline]
     per_prompt = all(r.k == 0 for r in base_rows)
 

@@ -58,12 +58,14 @@ def bench_log(rows: Sequence[BenchRow], lines: Sequence[SummaryLine], plan: Benc
 
 
 def paired_metrics(rows: Sequence[BenchRow]) -> dict[str, float | None]:
-    """``category/mode/paired_over_<baseline>``: the median per-prompt speedup over each baseline."""
+    """``category/mode[/kK_tauT]/paired_over_<baseline>``: the median per-prompt speedup over each baseline,
+    per (K, tau) as the summary lines are."""
     values: dict[str, float | None] = {}
     for category in sorted({r.category for r in rows}):
-        modes = sorted({r.mode for r in rows if r.category == category})
-        for baseline in (b for b in BASELINES if b in modes):
-            for mode in modes:
+        runs = sorted({(r.mode, r.k, r.tau) for r in rows if r.category == category})
+        for baseline in (b for b in BASELINES if b in {mode for mode, _, _ in runs}):
+            for mode, k, tau in runs:
                 if mode != baseline:
-                    values[f"{category}/{mode}/paired_over_{baseline}"] = paired_ratio(rows, mode, baseline, category)
+                    key = f"{category}/{mode}" + (f"/k{k}_tau{tau:g}" if k else "")
+                    values[f"{key}/paired_over_{baseline}"] = paired_ratio(rows, mode, baseline, category, (k, tau))
     return values

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
+from specdec_tui.config import add_settings_flags, settings_or_exit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,14 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     remote.add_argument("--server", metavar="URL", help="chat with specdec-serve at URL (e.g. http://127.0.0.1:8000)")
     remote.add_argument("--api-key", help="the server's API key, if it has one (default: $SPECDEC_API_KEY)")
     args = parser.parse_args(argv)
-    try:
-        settings, origins = settings_from_args(args)
-    except SettingsError as exc:
-        print(f"specdec-tui: error: {exc}", file=sys.stderr)
-        return 2
-    if args.show_settings:
-        print(describe_settings(settings, origins))
-        return 0
+    settings = settings_or_exit(args, parser.prog)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()

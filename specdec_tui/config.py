@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -324,3 +325,17 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def settings_from_args(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
     return load_settings(cli_overrides(args), config=args.config)
+
+
+def settings_or_exit(args: argparse.Namespace, prog: str) -> Settings:
+    """The settings a command line asks for. A bad value ends the program with its one-line error
+    (status 2); ``--show-settings`` prints them all and ends it (status 0)."""
+    try:
+        settings, origins = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if args.show_settings:
+        print(describe_settings(settings, origins))
+        raise SystemExit(0)
+    return settings

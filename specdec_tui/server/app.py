@@ -47,6 +47,7 @@ from specdec_tui.server.schema import (
     GenerateResponse,
     ModelCard,
     ModelList,
+    SamplingFields,
     SpeculativeOptions,
     UnsupportedValue,
     Usage,
@@ -310,6 +311,8 @@ router = APIRouter()
 api = APIRouter(dependencies=[Depends(authorized)])
 
 @router.get("/health")
+
+
 async def health(state: State) -> JSONResponse:
     worker = state.worker
     body: dict[str, Any] = {
@@ -325,32 +328,50 @@ async def health(state: State) -> JSONResponse:
     return JSONResponse(body, status_code=200 if state.runtime else 503)
 
 @api.get("/metrics")
+
+
 async def metrics(state: State) -> Response:
     return Response(state.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 @api.get("/v1/models")
+
+
 async def models(state: State, runtime: Ready) -> ModelList:
     card = ModelCard(id=runtime.target_name, created=int(state.started), draft=runtime.draft_name,
                      modes=list(runtime.modes), max_context=runtime.engine.max_context)
     return ModelList(data=[card])
 
-@api.post("/v1/chat/completions", response_model=None)
-async def chat_completions(body: ChatCompletionRequest, request: Request, state: State,
-                           runtime: Ready) -> ChatCompletion | StreamingResponse:
+def openai_params(runtime: Runtime, body: SamplingFields) -> tuple[DecodeParams, str, SpeculativeOptions]:
+    """An OpenAI request's decoding parameters and mode, and its ``speculative`` options."""
     check_model(runtime, body.model)
     options = body.speculative or SpeculativeOptions()
     params, mode = request_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
-                                 top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
+                                  top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
+    return params, mode, options
+
+
+def streamed(reply: Reply, chunk: ChunkMaker, opening: BaseModel | None, body: SamplingFields,
+             prompt_tokens: int) -> StreamingResponse:
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
+    origins = body.speculative is not None and body.speculative.origins
+    return StreamingResponse(event_stream(reply, chunk, opening, origins, include_usage, prompt_tokens),
+                             media_type="text/event-stream")
+
+
+@api.post("/v1/chat/completions", response_model=None)
+
+
+async def chat_completions(body: ChatCompletionRequest, request: Request, state: State,
+                           runtime: Ready) -> ChatCompletion | StreamingResponse:
+    params, mode, options = openai_params(runtime, body)
     chat = body.chat()
     prompt_ids = runtime.prompt_ids(chat)
     check_prompt(runtime, prompt_ids, "messages")
     reply = await start_reply(state, prompt_ids, params, mode, body.stops(), options.fresh_cache, messages=chat)
     made = envelope("chatcmpl", runtime)
     if body.stream:
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
         opening = ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(role="assistant", content=""))])
-        return StreamingResponse(event_stream(reply, chat_chunk(made), opening, options.origins, include_usage,
-                                              len(prompt_ids)), media_type="text/event-stream")
+        return streamed(reply, chat_chunk(made), opening, body, len(prompt_ids))
     await run_to_end(reply, request)
     assert reply.outcome is not None
     return ChatCompletion(
@@ -371,21 +392,18 @@ def chat_chunk(made: dict[str, Any]) -> ChunkMaker:
 
 
 @api.post("/v1/completions", response_model=None)
+
+
 async def completions(body: CompletionRequest, request: Request, state: State,
                       runtime: Ready) -> Completion | StreamingResponse:
-    check_model(runtime, body.model)
-    options = body.speculative or SpeculativeOptions()
-    params, mode = request_params(runtime, max_tokens=body.token_limit(), temperature=body.temperature,
-                                 top_p=body.top_p, seed=body.seed, options=options, field_prefix="speculative.")
+    params, mode, options = openai_params(runtime, body)
     prompt_ids = completion_prompt_ids(runtime, body.prompt)
     check_prompt(runtime, prompt_ids, "prompt")
     reply = await start_reply(state, prompt_ids, params, mode, body.stops(), options.fresh_cache,
                               operation="text_completion")
     made = envelope("cmpl", runtime)
     if body.stream:
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(event_stream(reply, completion_chunk(made), None, options.origins,
-                                              include_usage, len(prompt_ids)), media_type="text/event-stream")
+        return streamed(reply, completion_chunk(made), None, body, len(prompt_ids))
     await run_to_end(reply, request)
     assert reply.outcome is not None
     return Completion(**made, choices=[CompletionChoice(text=reply.outcome.text,
@@ -402,6 +420,8 @@ def completion_chunk(made: dict[str, Any]) -> ChunkMaker:
 
 
 @api.post("/generate")
+
+
 async def generate(body: GenerateRequest, request: Request, state: State, runtime: Ready) -> GenerateResponse:
     options = SpeculativeOptions(mode=body.mode, k=body.k, tau=body.tau, adaptive_k=body.adaptive_k)
     params, mode = request_params(runtime, max_tokens=body.max_new_tokens, temperature=body.temperature,

@@ -7,13 +7,7 @@ import ipaddress
 import sys
 import threading
 
-from specdec_tui.config import (
-    Settings,
-    SettingsError,
-    add_settings_flags,
-    describe_settings,
-    settings_from_args,
-)
+from specdec_tui.config import Settings, SettingsError, add_settings_flags, settings_or_exit
 
 
 def is_loopback(host: str) -> bool:
@@ -29,14 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec-serve", description=__doc__)
     add_settings_flags(parser, only=("models", "decoding", "server", "telemetry", "tracking"))
     args = parser.parse_args(argv)
-    try:
-        settings, origins = settings_from_args(args)
-    except SettingsError as exc:
-        print(f"specdec-serve: error: {exc}", file=sys.stderr)
-        return 2
-    if args.show_settings:
-        print(describe_settings(settings, origins))
-        return 0
+    settings = settings_or_exit(args, parser.prog)
     server = settings.server
     if not is_loopback(server.host) and server.api_key is None:
         print(f"specdec-serve: warning: listening on {server.host} with no API key: anyone who can reach "

@@ -172,6 +172,9 @@ class SamplingFields(Strict):
     def stops(self) -> list[str]:
         return _stop_list(self.stop)
 
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
     def neutral_values(self) -> dict[str, Any]:
         return {"n": 1, "frequency_penalty": 0.0, "presence_penalty": 0.0, "logit_bias": {}}
 
@@ -244,9 +247,6 @@ class CompletionRequest(SamplingFields):
         if not prompt or prompt == [""]:
             raise ValueError("the prompt is empty")
         return prompt
-
-    def token_limit(self) -> int | None:
-        return self.max_tokens
 
 
 # ------------------------------------------------------------------ OpenAI responses

@@ -25,7 +25,7 @@ def free_port() -> int:
 
 def serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specdec_tui.server.cli", *flags], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+                          timeout=120, env={**os.environ, **(env or {})}, check=False)
 
 
 def test_show_settings_hides_the_api_key_and_a_bad_value_is_one_line():

@@ -389,3 +389,22 @@ def test_the_load_check_counts_designed_503s_apart_from_errors(capsys):
     completed, errors, refused = (int(n) for n in re.search(r"^\| 4 \| (\d+) \| (\d+) \| (\d+) \|", out,
                                                              re.MULTILINE).groups())
     assert code == 0 and errors == 0 and refused >= 1 and completed + refused == 4
+
+
+async def test_a_worker_that_stops_refuses_its_waiting_jobs_and_cancels_the_running_one():
+    import asyncio
+
+    from specdec_tui.server.worker import EngineWorker, Job, QueueTimeout
+
+    slow = tiny_runtime(delay=0.05)
+    worker = EngineWorker(lambda job: slow.generate(job.prompt_ids, job.params, job.mode, job.cancel), 4)
+    loop = asyncio.get_running_loop()
+    params = slow.params(max_new_tokens=200, adaptive_k=False)
+    running, waiting = (Job(slow.prompt_ids(CHAT), params, "target", False, loop) for _ in range(2))
+    worker.submit(running)
+    worker.submit(waiting)
+    await worker.wait_started(running, 5)
+    await asyncio.to_thread(worker.stop)
+    with pytest.raises(QueueTimeout, match="shutting down"):
+        await worker.wait_started(waiting, 5)
+    assert running.cancel.is_set() and not worker.thread.is_alive()

@@ -126,6 +126,8 @@ class EngineWorker:
             if self.withdraw(job):
                 raise QueueTimeout from None
             item = await job.items.get()  # claimed at the last moment: its Started is on the way
+        if isinstance(item, Failed):  # withdrawn by a shutting-down worker
+            raise QueueTimeout(str(item.error)) from item.error
         assert isinstance(item, Started)
         return item
 

@@ -93,7 +93,8 @@ class ChatSettings(BaseModel):
 
     system_prompt: str = Field("You are a helpful assistant.", description="first message of every chat")
     history_path: Path = Field(
-        Path(platformdirs.user_data_dir(APP)) / "history.sqlite", description="SQLite chat history"
+        default_factory=lambda: Path(platformdirs.user_data_dir(APP)) / "history.sqlite",
+        description="SQLite chat history",
     )
     theme: str = Field("specdec-dark", description="a theme from themes/")
 
@@ -133,12 +134,12 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", nested_model_default_partial_update=True
     )
 
-    models: ModelSettings = ModelSettings()
-    decoding: DecodingSettings = DecodingSettings()
-    chat: ChatSettings = ChatSettings()
-    server: ServerSettings = ServerSettings()
-    telemetry: TelemetrySettings = TelemetrySettings()
-    tracking: TrackingSettings = TrackingSettings()
+    models: ModelSettings = Field(default_factory=ModelSettings)
+    decoding: DecodingSettings = Field(default_factory=DecodingSettings)
+    chat: ChatSettings = Field(default_factory=ChatSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    tracking: TrackingSettings = Field(default_factory=TrackingSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,10 @@ def test_flags_map_onto_settings_and_the_report_shows_origins(tmp_path: Path):
     line = next(line for line in report.splitlines() if line.startswith("decoding.tau"))
     assert line.endswith("# command line")
     assert len(report.splitlines()) == len(origins)
+
+
+def test_tests_never_see_the_developers_own_config_environment_or_history():
+    settings, origins = load_settings()
+    assert all(origin == "default" for origin in origins.values())
+    assert not any(name.startswith("SPECDEC_") for name in os.environ)
+    assert str(settings.chat.history_path).startswith(os.environ["XDG_DATA_HOME"])

@@ -305,3 +305,20 @@ async def test_a_history_write_failure_is_reported_and_the_chat_goes_on(monkeypa
         await send(pilot, "hello")
         assert [m["role"] for m in app.messages] == ["user", "assistant"]  # nothing lost on screen
         assert any("is full" in n.message for n in app._notifications)
+
+
+async def test_the_live_time_to_first_token_counts_the_prompt_read_like_the_final_one():
+    pair = tiny_pair()
+    pair.target.runner = SlowRunner(pair.target.runner, 0.15)  # the prompt read is one slow target pass
+    app = make_app(pair=pair, max_new_tokens=12)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        app.query_one(PromptInput).load_text("hello")
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(app.records))
+        live = next(line for line in _plain(app.query_one("#live")).splitlines() if line.split()[:1] == ["TTFT"])
+        live_ms = float(live.split()[1])
+        await until(pilot, lambda: not app.busy)
+        final_ms = 1000 * app.last_run[1].summary.ttft_s
+        assert live_ms >= 280  # the prompt read and the first step, each 150 ms
+        assert abs(live_ms - final_ms) < 30

@@ -76,6 +76,7 @@ class ReplyBatch(Message):
     tokens: list[Token]
     records: list[StepRecord]
     elapsed: float
+    ttft: float
 
 
 @dataclass
@@ -296,23 +297,26 @@ class SpecDecApp(App[None]):
     @work(thread=True, group="generate")
     def _generate(self, view: MessageView, run: Run, cancel: threading.Event) -> None:
         assert self.source is not None
-        start = time.perf_counter()
         tokens: list[Token] = []
         records: list[StepRecord] = []
-        last_post = start
+        #: Seconds to the first token, the prompt read included, as the engine's final figure counts them.
+        ttft = 0.0
         try:
             conversation = str(self.conversation_id) if self.conversation_id is not None else None
-            for event in self.source.reply(run.messages, run.params, run.mode, cancel, conversation_id=conversation):
+            events = self.source.reply(run.messages, run.params, run.mode, cancel, conversation_id=conversation)
+            start = last_post = time.perf_counter()  # decoding starts with the first event asked for
+            for event in events:
                 if isinstance(event, StepEvent):
                     tokens.extend(event.tokens)
                     records.append(event.record)
                     now = time.perf_counter()
+                    ttft = ttft or now - start
                     if now - last_post >= BATCH_SECONDS:
-                        self.post_message(ReplyBatch(view, tokens, records, now - start))
+                        self.post_message(ReplyBatch(view, tokens, records, now - start, ttft))
                         tokens, records, last_post = [], [], now
                 else:
                     if tokens or records:
-                        self.post_message(ReplyBatch(view, tokens, records, time.perf_counter() - start))
+                        self.post_message(ReplyBatch(view, tokens, records, time.perf_counter() - start, ttft))
                     self.post_message(ReplyDone(view, event, run))
         except PromptTooLongError as exc:
             self.post_message(ReplyFailed(view, str(exc)))
@@ -325,8 +329,7 @@ class SpecDecApp(App[None]):
         message.view.append(message.tokens)
         log.follow(was_at_bottom)
         self.records.extend(message.records)
-        ttft = self.records[0].seconds if self.records else 0.0
-        live = summarize(self.records, mode=self.mode, prompt_tokens=0, seconds=message.elapsed, ttft_s=ttft,
+        live = summarize(self.records, mode=self.mode, prompt_tokens=0, seconds=message.elapsed, ttft_s=message.ttft,
                          finish_reason="running")
         self.query_one(StatsPanel).show_run(live, self.records)
 

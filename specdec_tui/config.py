@@ -36,6 +36,7 @@ from pydantic_settings import (
 
 from specdec_tui.engine.modes import DRAFTER_MODES, check_mode
 from specdec_tui.models.presets import DEFAULT_DRAFT, DEFAULT_TARGET
+from specdec_tui.tui.keys import KEY_IDS, check_keymap, effective_keys
 
 APP = "specdec-tui"
 ENV_PREFIX = "SPECDEC_"
@@ -140,6 +141,13 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     tracking: TrackingSettings = Field(default_factory=TrackingSettings)
+    #: Key binding id -> key(s), e.g. ``compare = "f10"``: rebinds the chat's keys.
+    keys: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("keys")
+    @classmethod
+    def _known_bindings(cls, keymap: dict[str, str]) -> dict[str, str]:
+        return check_keymap(keymap)
 
     @classmethod
     def settings_customise_sources(
@@ -162,12 +170,18 @@ def config_path(environ: Mapping[str, str]) -> Path:
 
 
 def field_paths() -> list[tuple[str, str]]:
-    """Every setting as (group, name), in declaration order."""
+    """Every setting as (group, name), in declaration order; ``keys`` has one per key binding."""
     return [
         (group, name)
         for group, info in Settings.model_fields.items()
-        for name in info.annotation.model_fields  # type: ignore[union-attr]
+        for name in (KEY_IDS if group == "keys" else info.annotation.model_fields)  # type: ignore[union-attr]
     ]
+
+
+def setting_value(settings: Settings, group: str, name: str) -> Any:
+    if group == "keys":
+        return effective_keys(settings.keys)[name]
+    return getattr(getattr(settings, group), name)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -255,7 +269,7 @@ def describe_settings(settings: Settings, origins: Mapping[str, str]) -> str:
     """One line per setting: ``group.name = value    # origin``."""
     lines = []
     for group, name in field_paths():
-        value = getattr(getattr(settings, group), name)
+        value = setting_value(settings, group, name)
         shown = str(value) if isinstance(value, Path) else repr(value)
         if f"{group}.{name}" in SECRETS and value is not None:
             shown = "'***'"

@@ -10,12 +10,13 @@ from rich.console import Console
 from tiny import SlowRunner, tiny_pair
 
 from specdec_tui.chat.history import History, HistoryError
-from specdec_tui.config import Settings, load_settings
+from specdec_tui.config import Settings, SettingsError, load_settings
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.loader import ModelPair
 from specdec_tui.runtime import Runtime
 from specdec_tui.tui import themes
 from specdec_tui.tui.app import SpecDecApp
+from specdec_tui.tui.keys import KEY_IDS, KEYS
 from specdec_tui.tui.widgets.compare_view import CompareView
 from specdec_tui.tui.widgets.conversation_list import ConversationList
 from specdec_tui.tui.widgets.loading_panel import LoadingPanel
@@ -322,3 +323,35 @@ async def test_the_live_time_to_first_token_counts_the_prompt_read_like_the_fina
         final_ms = 1000 * app.last_run[1].summary.ttft_s
         assert live_ms >= 280  # the prompt read and the first step, each 150 ms
         assert abs(live_ms - final_ms) < 30
+
+
+async def test_a_key_rebound_in_the_config_moves_everywhere_it_is_shown():
+    base = settings()
+    app = SpecDecApp(base.model_copy(update={"keys": {"compare": "f10", "k_up": "ctrl+k"}}),
+                     load=lambda s, p: Runtime.from_pair(s, tiny_pair()), history=History(":memory:"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await pilot.press("ctrl+k")
+        assert app.k == 5  # the new key works
+        await pilot.press("f3")
+        assert app.k == 5  # the old one no longer does
+        assert "f10 Compare" in _plain(app.query_one(".welcome"))
+        await pilot.press("f1")
+        help_text = _plain(app.screen.query_one("#help-keys"))
+        assert "f10" in help_text and "run the last prompt again in the other mode" in help_text
+        assert app.key_display("k_up") == "^k" and "^k      draft one more token per step" in help_text
+        await pilot.press("escape")
+        commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert commands["Run the last prompt again in the other mode, side by side"] == "f10"
+        assert set(KEY_IDS) - {"quit"} <= {k.id for k in KEYS if k.description[:1].upper() + k.description[1:]
+                                            in commands}
+
+
+def test_an_unknown_key_binding_in_the_config_is_one_clear_error(tmp_path: Path):
+    config = tmp_path / "config.toml"
+    config.write_text('[keys]\ncompair = "f10"\n')
+    with pytest.raises(SettingsError, match=r"unknown key keys\.compair in .*config\.toml"):
+        load_settings(config=config)
+    config.write_text('[keys]\ncompare = ""\n')
+    with pytest.raises(SettingsError, match=r"keys\.compare must name one or more keys"):
+        load_settings(config=config)

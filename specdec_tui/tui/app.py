@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from textual import on, work
@@ -30,9 +31,10 @@ from specdec_tui.models.progress import Progress, ProgressFn
 from specdec_tui.runtime import Message as ChatMessage
 from specdec_tui.runtime import ReplySource, decode_params, reply_summary
 from specdec_tui.tui.clipboard import copy_with_system_tool, save_copy
+from specdec_tui.tui.keys import KEYS, WELCOME_KEYS, effective_keys
 from specdec_tui.tui.screens.help import HelpScreen
 from specdec_tui.tui.themes import DEFAULT_THEME, load_themes
-from specdec_tui.tui.widgets.chat_log import ChatLog
+from specdec_tui.tui.widgets.chat_log import WELCOME, ChatLog
 from specdec_tui.tui.widgets.compare_view import CompareRun, CompareView
 from specdec_tui.tui.widgets.conversation_list import ConversationList
 from specdec_tui.tui.widgets.loading_panel import LoadingPanel
@@ -44,6 +46,13 @@ SourceLoader = Callable[[Settings, ProgressFn], ReplySource]
 #: The worker posts at most this often; tokens in between arrive together.
 BATCH_SECONDS = 0.05
 TAU_STEP = 0.1
+
+
+def key_bindings() -> list[Binding]:
+    """The chat's bindings, made from the one table of keys."""
+    groups = {k.group: Binding.Group(k.group, compact=True) for k in KEYS if k.group}
+    return [Binding(k.key, k.action, k.label, priority=True, tooltip=k.description, id=k.id,
+                    group=groups.get(k.group) if k.group else None) for k in KEYS]
 
 
 def load_in_process(settings: Settings, progress: ProgressFn) -> ReplySource:
@@ -111,22 +120,7 @@ class SpecDecApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "specdec-tui"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (72, "-normal"), (120, "-wide")]
-    BINDINGS = [
-        Binding("f1", "help", "Help", priority=True),
-        Binding("f2", "k(-1)", "K−", priority=True, group=Binding.Group("K", compact=True)),
-        Binding("f3", "k(1)", "K+", priority=True, group=Binding.Group("K", compact=True)),
-        Binding("f4", "tau(-1)", "τ−", priority=True, group=Binding.Group("τ", compact=True)),
-        Binding("f5", "tau(1)", "τ+", priority=True, group=Binding.Group("τ", compact=True)),
-        Binding("f6", "toggle_mode", "Mode", priority=True),
-        Binding("f7", "compare", "Compare", priority=True),
-        Binding("f8", "toggle_origins", "Colours", priority=True),
-        Binding("f9", "toggle_panel", "Panel", priority=True),
-        Binding("escape", "cancel", "Cancel", priority=True),
-        Binding("ctrl+n", "new_chat", "New", priority=True),
-        Binding("ctrl+y", "copy_reply", "Copy", priority=True),
-        Binding("ctrl+l", "toggle_chats", "Chats", priority=True),
-        Binding("ctrl+q", "quit", "Quit", priority=True),
-    ]
+    BINDINGS = key_bindings()
 
     def __init__(self, settings: Settings, load: SourceLoader = load_in_process,
                  history: History | None = None) -> None:
@@ -163,6 +157,8 @@ class SpecDecApp(App[None]):
         return {"draft-token": "#7EE787", "target-token": "#FFA657"}
 
     def on_mount(self) -> None:
+        self.set_keymap(self.settings.keys)
+        self.query_one(ChatLog).welcome = self.welcome_text()
         self._apply_themes()
         self._open_history()
         self._show_knobs()
@@ -387,8 +383,18 @@ class SpecDecApp(App[None]):
         if chats.has_class("-shown"):
             chats.focus()
 
+    def key_display(self, binding_id: str) -> str:
+        """How the key bound to ``binding_id`` now (``[keys]`` applied) is shown, e.g. ``F7``."""
+        keys = effective_keys(self.settings.keys)[binding_id].split(",")
+        return " / ".join(self.get_key_display(Binding(key.strip(), "")) for key in keys)
+
+    def welcome_text(self) -> str:
+        labels = {k.id: k.label for k in KEYS}
+        introduced = " · ".join(f"{self.key_display(i)} {labels[i]}" for i in WELCOME_KEYS)
+        return f"{WELCOME}\n\n{introduced}"
+
     def action_help(self) -> None:
-        self.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)]))
+        self.push_screen(HelpScreen([(self.key_display(k.id), k.description) for k in KEYS]))
 
     def action_new_chat(self) -> None:
         if self.busy:
@@ -472,21 +478,10 @@ class SpecDecApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("New chat", "Start an empty conversation (Ctrl+N)", self.action_new_chat)
-        yield SystemCommand("Compare", "Run the last prompt in the other mode, side by side (F7)",
-                            self.action_compare)
-        yield SystemCommand("Toggle mode", "Speculative or target-only decoding (F6)", self.action_toggle_mode)
-        yield SystemCommand("Raise K", "Draft one more token per step (F3)", lambda: self.action_k(1))
-        yield SystemCommand("Lower K", "Draft one fewer token per step (F2)", lambda: self.action_k(-1))
-        yield SystemCommand("Raise tau", "Toward 1.0 = lossless (F5)", lambda: self.action_tau(1))
-        yield SystemCommand("Lower tau", "Accept more drafts, lossy (F4)", lambda: self.action_tau(-1))
-        yield SystemCommand("Copy last reply", "To the clipboard (Ctrl+Y)", self.action_copy_reply)
-        yield SystemCommand("Token colours", "Colour reply tokens by draft / target origin (F8)",
-                            self.action_toggle_origins)
-        yield SystemCommand("Side panel", "Show or hide the metrics panel (F9)", self.action_toggle_panel)
-        yield SystemCommand("Chats", "Show past conversations (Ctrl+L)", self.action_toggle_chats)
-        yield SystemCommand("Cancel reply", "Stop generating, keep what is there (Esc)", self.action_cancel)
-        yield SystemCommand("Help", "All keys (F1)", self.action_help)
+        for key in KEYS:
+            if key.id != "quit":  # the palette lists Quit itself
+                yield SystemCommand(key.description[:1].upper() + key.description[1:], self.key_display(key.id),
+                                    partial(self.run_action, key.action))
 
     def on_unmount(self) -> None:
         if self.cancel_event is not None:

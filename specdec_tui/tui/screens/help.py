@@ -1,4 +1,4 @@
-"""The keys, in one place (also in the footer and the README)."""
+"""The keys as they are bound now: the message box's own, then the chat's (``[keys]`` applied)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ EDITING_KEYS = (
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
 
-    def __init__(self, bindings: list[Binding]) -> None:
+    def __init__(self, keys: list[tuple[str, str]]) -> None:
+        """``keys``: (key as shown, what it does) for each of the chat's bindings."""
         super().__init__()
-        self.app_bindings = bindings
+        self.keys = keys
 
     def compose(self) -> ComposeResult:
         table = Table.grid(padding=(0, 2))
@@ -30,9 +31,9 @@ class HelpScreen(ModalScreen[None]):
         table.add_column()
         for key, what in EDITING_KEYS:
             table.add_row(key, what)
-        for binding in self.app_bindings:
-            table.add_row(binding.key_display or binding.key, binding.description)
+        for key, what in self.keys:
+            table.add_row(key, what)
         with Vertical(id="help"):
             yield Label("Keys", id="help-title")
-            yield Static(table)
+            yield Static(table, id="help-keys")
             yield Label("Esc to close", id="help-hint")

@@ -6,6 +6,7 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -13,14 +14,19 @@ from specdec_tui.tui.widgets.message_view import MessageView
 
 WELCOME = """Type a message and press Enter.
 
-The reply is written by the target model, sped up by the draft: the side panel shows, live, how many drafted tokens the target accepts and what each step costs.
-
-F2/F3 change K (tokens drafted per step) · F4/F5 change tau (1 = lossless) · F6 speculative or target-only · F7 compare the last reply with the other mode · F1 all keys"""
+The reply is written by the target model, sped up by the draft: the side panel shows, live, how many drafted tokens the target accepts and what each step costs. K is how many tokens the draft proposes per step; tau = 1 keeps the reply exactly the target's own; Compare runs the last prompt again in the other mode."""
 
 
 class ChatLog(VerticalScroll):
+    #: What an empty chat shows; the app adds its keys, as they are bound.
+    welcome = reactive(WELCOME)
+
     def compose(self) -> ComposeResult:
-        yield Static(WELCOME, classes="welcome")
+        yield Static(self.welcome, classes="welcome")
+
+    def watch_welcome(self, text: str) -> None:
+        for welcome in self.query(".welcome").results(Static):
+            welcome.update(text)
 
     def at_bottom(self) -> bool:
         return self.scroll_y >= self.max_scroll_y - 1
@@ -46,7 +52,7 @@ class ChatLog(VerticalScroll):
 
     def clear(self) -> None:
         self.remove_children()
-        self.mount(Static(WELCOME, classes="welcome"))
+        self.mount(Static(self.welcome, classes="welcome"))
 
     @property
     def replies(self) -> list[MessageView]:

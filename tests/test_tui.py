@@ -355,3 +355,18 @@ def test_an_unknown_key_binding_in_the_config_is_one_clear_error(tmp_path: Path)
     config.write_text('[keys]\ncompare = ""\n')
     with pytest.raises(SettingsError, match=r"keys\.compare must name one or more keys"):
         load_settings(config=config)
+
+
+def test_the_bundled_themes_ship_as_package_data():
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = root / "specdec_tui"
+    files = sorted(themes.BUNDLED.glob("*.toml"))
+    assert {f.name for f in files} == {f.name for f in (root / "themes").glob("*.toml")} and files
+    for file in files:
+        inside = (themes.BUNDLED.relative_to(package) / file.name).as_posix()
+        assert any(fnmatch.fnmatch(inside, p) for p in patterns["specdec_tui"]), inside
+    assert "specdec-dark" in {t.name for t in themes.load_themes().themes}

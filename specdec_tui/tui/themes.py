@@ -15,9 +15,14 @@ REQUIRED = ("name", "primary")
 DEFAULT_THEME = "specdec-dark"
 
 
+#: The bundled themes: package data (``tui/bundled_themes`` links to the repository's ``themes/`` folder, and a
+#: wheel carries the files themselves), so an installed package has them as an editable one does.
+BUNDLED = Path(__file__).with_name("bundled_themes")
+
+
 def theme_dirs() -> list[Path]:
-    """The repository's ``themes/`` folder, then the user's own ``themes/`` in the config folder."""
-    return [Path(__file__).resolve().parents[2] / "themes", Path(platformdirs.user_config_dir("specdec-tui")) / "themes"]
+    """The bundled themes, then the user's own ``themes/`` in the config folder."""
+    return [BUNDLED, Path(platformdirs.user_config_dir("specdec-tui")) / "themes"]
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ async def ready(pilot) -> SpecDecApp:  # type: ignore[no-untyped-def]
 
 def settled(app: SpecDecApp) -> int:
     """How many exchanges have ended: replies stored plus errors shown."""
-    return sum(m["role"] == "assistant" for m in app.messages) + len(
+    return sum(m["role"] == "assistant" for m in app.chat.messages) + len(
         [v for v in app.query(MessageView) if v.role == "error"])
 
 
@@ -62,7 +62,7 @@ async def send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
     app.query_one(PromptInput).focus()
     app.query_one(PromptInput).load_text(text)
     await pilot.press("enter")
-    await until(pilot, lambda: settled(app) > before and not app.busy)
+    await until(pilot, lambda: settled(app) > before and not app.chat.busy)
 
 
 def replies(app: SpecDecApp) -> list[MessageView]:
@@ -92,11 +92,11 @@ async def test_a_message_gets_a_streamed_reply_that_is_stored():
         await ready(pilot)
         await send(pilot, "def add(a, b):")
         reply = replies(app)[-1]
-        _run, finished = app.last_run
+        _run, finished = app.chat.last_run
         assert reply.content == finished.text and len(finished.token_ids) == 24
         assert reply.metrics["new_tokens"] == 24
         assert reply.spans, "the reply streamed in as token pieces"
-        stored = history.messages(app.conversation_id)
+        stored = history.messages(app.chat.conversation_id)
         assert [m.role for m in stored] == ["user", "assistant"]
         assert stored[1].content == finished.text
         assert stored[1].metrics["mode"] == "hybrid"
@@ -111,11 +111,11 @@ async def test_k_and_tau_keys_change_the_panel_at_once_and_the_next_reply():
         await pilot.press("f3", "f3", "f4")
         assert (knob(app, "K"), knob(app, "tau")) == ("6", "0.9")
         await send(pilot, "hello")
-        run, finished = app.last_run
+        run, finished = app.chat.last_run
         assert (run.params.k, run.params.tau) == (6, 0.9)
         assert finished.summary.drafted > 0
         await pilot.press("f2", "f5")
-        assert (app.k, app.tau) == (5, 1.0)
+        assert (app.chat.k, app.chat.tau) == (5, 1.0)
 
 
 async def test_the_mode_key_switches_to_target_only_and_back():
@@ -125,11 +125,11 @@ async def test_the_mode_key_switches_to_target_only_and_back():
         await pilot.press("f6")
         assert knob(app, "mode") == "target-only"
         await send(pilot, "hello")
-        assert app.last_run[1].summary.mode == "target"
-        assert app.last_run[1].summary.drafted == 0
+        assert app.chat.last_run[1].summary.mode == "target"
+        assert app.chat.last_run[1].summary.drafted == 0
         await pilot.press("f6")
         await send(pilot, "again")
-        assert app.last_run[1].summary.mode == "hybrid"
+        assert app.chat.last_run[1].summary.mode == "hybrid"
 
 
 async def test_escape_cancels_mid_reply_and_keeps_the_partial_text():
@@ -143,12 +143,12 @@ async def test_escape_cancels_mid_reply_and_keeps_the_partial_text():
         await pilot.press("enter")
         await until(pilot, lambda: bool(replies(app)) and len(replies(app)[-1].content) > 3)
         await pilot.press("escape")
-        await until(pilot, lambda: not app.busy)
-        _run, finished = app.last_run
+        await until(pilot, lambda: not app.chat.busy)
+        _run, finished = app.chat.last_run
         assert finished.summary.finish_reason == "cancelled"
         assert 0 < len(finished.token_ids) < 200
         assert replies(app)[-1].content == finished.text
-        assert history.messages(app.conversation_id)[-1].content == finished.text
+        assert history.messages(app.chat.conversation_id)[-1].content == finished.text
 
 
 async def test_typing_works_while_a_reply_is_generated():
@@ -159,12 +159,12 @@ async def test_typing_works_while_a_reply_is_generated():
         await ready(pilot)
         app.query_one(PromptInput).load_text("first")
         await pilot.press("enter")
-        await until(pilot, lambda: app.busy)
+        await until(pilot, lambda: app.chat.busy)
         await pilot.press(*"next one")
         assert app.query_one(PromptInput).text == "next one"
-        assert app.busy
+        assert app.chat.busy
         await pilot.press("escape")
-        await until(pilot, lambda: not app.busy)
+        await until(pilot, lambda: not app.chat.busy)
 
 
 async def test_compare_shows_both_runs_side_by_side():
@@ -187,7 +187,7 @@ async def test_history_survives_a_restart(tmp_path: Path):
     async with app.run_test(size=(120, 30)) as pilot:
         await ready(pilot)
         await send(pilot, "remember me")
-        reply = app.last_run[1].text
+        reply = app.chat.last_run[1].text
     app = make_app(History(path))
     async with app.run_test(size=(120, 30)) as pilot:
         await ready(pilot)
@@ -200,7 +200,7 @@ async def test_history_survives_a_restart(tmp_path: Path):
         views = list(app.query(MessageView))
         assert (views[0].content, views[1].content) == ("remember me", reply)
         assert views[1].metrics["new_tokens"] == 24
-        assert app.messages[-1]["content"] == reply
+        assert app.chat.messages[-1]["content"] == reply
 
 
 async def test_a_broken_theme_file_is_reported_and_the_default_theme_used(tmp_path: Path, monkeypatch):
@@ -238,7 +238,7 @@ async def test_an_over_long_prompt_is_an_error_in_the_chat_and_keeps_the_message
         await send(pilot, "word " * 400)
         errors = [v for v in app.query(MessageView) if v.role == "error"]
         assert errors and "context holds 256" in errors[0].content
-        assert app.messages[-1]["role"] == "user"
+        assert app.chat.messages[-1]["role"] == "user"
 
 
 async def test_prompt_recall_and_newline_keys():
@@ -269,7 +269,7 @@ async def test_origin_colours_toggle_and_new_chat():
         assert reply.show_origins and reply.query_one(".message--stream").display
         await pilot.press("ctrl+n")
         await pilot.pause()
-        assert not app.query(MessageView) and app.messages == [] and app.conversation_id is None
+        assert not app.query(MessageView) and app.chat.messages == [] and app.chat.conversation_id is None
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
@@ -304,7 +304,7 @@ async def test_a_history_write_failure_is_reported_and_the_chat_goes_on(monkeypa
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot)
         await send(pilot, "hello")
-        assert [m["role"] for m in app.messages] == ["user", "assistant"]  # nothing lost on screen
+        assert [m["role"] for m in app.chat.messages] == ["user", "assistant"]  # nothing lost on screen
         assert any("is full" in n.message for n in app._notifications)
 
 
@@ -316,11 +316,11 @@ async def test_the_live_time_to_first_token_counts_the_prompt_read_like_the_fina
         await ready(pilot)
         app.query_one(PromptInput).load_text("hello")
         await pilot.press("enter")
-        await until(pilot, lambda: bool(app.records))
+        await until(pilot, lambda: bool(app.chat.records))
         live = next(line for line in _plain(app.query_one("#live")).splitlines() if line.split()[:1] == ["TTFT"])
         live_ms = float(live.split()[1])
-        await until(pilot, lambda: not app.busy)
-        final_ms = 1000 * app.last_run[1].summary.ttft_s
+        await until(pilot, lambda: not app.chat.busy)
+        final_ms = 1000 * app.chat.last_run[1].summary.ttft_s
         assert live_ms >= 280  # the prompt read and the first step, each 150 ms
         assert abs(live_ms - final_ms) < 30
 
@@ -332,14 +332,14 @@ async def test_a_key_rebound_in_the_config_moves_everywhere_it_is_shown():
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot)
         await pilot.press("ctrl+k")
-        assert app.k == 5  # the new key works
+        assert app.chat.k == 5  # the new key works
         await pilot.press("f3")
-        assert app.k == 5  # the old one no longer does
+        assert app.chat.k == 5  # the old one no longer does
         assert "f10 Compare" in _plain(app.query_one(".welcome"))
         await pilot.press("f1")
         help_text = _plain(app.screen.query_one("#help-keys"))
         assert "f10" in help_text and "run the last prompt again in the other mode" in help_text
-        assert app.key_display("k_up") == "^k" and "^k      draft one more token per step" in help_text
+        assert app.chat.key_display("k_up") == "^k" and "^k      draft one more token per step" in help_text
         await pilot.press("escape")
         commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert commands["Run the last prompt again in the other mode, side by side"] == "f10"

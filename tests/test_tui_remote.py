@@ -35,7 +35,7 @@ async def test_a_reply_over_http_is_the_in_process_reply_with_origins_and_panel(
             await until(pilot, lambda: app.source is not None)
             assert app.sub_title == "tiny-qwen2 ← tiny-qwen2-draft"
             await send(pilot, "def add(a, b):")
-            _run, finished = app.last_run
+            _run, finished = app.chat.last_run
             assert finished.token_ids == expected.token_ids
             assert replies(app)[-1].content == expected.text
             assert finished.summary.mode == "hybrid" and finished.summary.new_tokens == 24
@@ -43,7 +43,7 @@ async def test_a_reply_over_http_is_the_in_process_reply_with_origins_and_panel(
             origins = {origin for _, origin in replies(app)[-1].spans}
             assert Origin.DRAFT in origins and Origin.TARGET in origins
             await pilot.press("f7")
-            await until(pilot, lambda: bool(app.query(CompareView)) and not app.busy)
+            await until(pilot, lambda: bool(app.query(CompareView)) and not app.chat.busy)
             compare = app.query_one(CompareView)
             assert compare.first.token_ids == compare.second.token_ids  # lossless, also over HTTP
 
@@ -58,7 +58,7 @@ async def test_a_server_error_is_a_message_in_the_chat_and_the_chat_goes_on():
             assert errors and "context holds 256" in errors[0].content
             await pilot.press("ctrl+n")
             await send(pilot, "hello")
-            assert app.last_run is not None and app.last_run[1].summary.new_tokens > 0
+            assert app.chat.last_run is not None and app.chat.last_run[1].summary.new_tokens > 0
 
 
 def test_an_unreachable_server_is_a_clear_error():
@@ -85,8 +85,8 @@ async def test_escape_over_http_keeps_the_partial_reply_and_frees_the_server():
             await pilot.press("enter")
             await until(pilot, lambda: bool(replies(app)) and len(replies(app)[-1].spans) > 3)
             await pilot.press("escape")
-            await until(pilot, lambda: not app.busy)
-            _run, finished = app.last_run
+            await until(pilot, lambda: not app.chat.busy)
+            _run, finished = app.chat.last_run
             assert finished.summary.finish_reason == "cancelled"
             assert 0 < len(finished.token_ids) < 200
             assert replies(app)[-1].content == finished.text

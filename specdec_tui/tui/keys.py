@@ -37,7 +37,7 @@ KEYS: tuple[Key, ...] = (
     Key("new_chat", "ctrl+n", "new_chat", "New", "start an empty conversation"),
     Key("copy", "ctrl+y", "copy_reply", "Copy", "copy the last reply to the clipboard"),
     Key("chats", "ctrl+l", "toggle_chats", "Chats", "show or hide past conversations"),
-    Key("quit", "ctrl+q", "quit", "Quit", "quit"),
+    Key("quit", "ctrl+q", "app.quit", "Quit", "quit"),
 )
 KEY_IDS: tuple[str, ...] = tuple(key.id for key in KEYS)
 #: The keys the welcome text introduces, in its order.

@@ -46,7 +46,7 @@ class ChatLog(VerticalScroll):
     def add_message(self, role: str, content: str = "", metrics: dict[str, Any] | None = None,
                     streaming: bool = False) -> MessageView:
         view = MessageView(role, content, metrics, streaming)
-        view.show_origins = getattr(self.app, "show_origins", False)
+        view.show_origins = getattr(self.screen, "show_origins", False)
         self.add(view)
         return view
 

@@ -1,0 +1,412 @@
+"""The conversation: the chat log, the prompt, the side panel, and the keys that act on them.
+
+The screen owns the reply worker. The engine runs in a worker thread and posts its steps as
+messages; the UI never waits for it and it never waits for the UI. Steps are coalesced so the
+screen updates in batches.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from specdec_tui.chat.history import History, HistoryError
+from specdec_tui.config import Settings
+from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent, Token
+from specdec_tui.engine.metrics import StepRecord, summarize
+from specdec_tui.engine.modes import TARGET
+from specdec_tui.models.progress import Progress
+from specdec_tui.runtime import Message as ChatMessage
+from specdec_tui.runtime import ReplySource, decode_params, reply_summary
+from specdec_tui.tui.clipboard import copy_with_system_tool, save_copy
+from specdec_tui.tui.keys import KEYS, WELCOME_KEYS, effective_keys
+from specdec_tui.tui.screens.help import HelpScreen
+from specdec_tui.tui.widgets.chat_log import WELCOME, ChatLog
+from specdec_tui.tui.widgets.compare_view import CompareRun, CompareView
+from specdec_tui.tui.widgets.conversation_list import ConversationList
+from specdec_tui.tui.widgets.loading_panel import LoadingPanel
+from specdec_tui.tui.widgets.message_view import MessageView
+from specdec_tui.tui.widgets.prompt_input import PromptInput
+from specdec_tui.tui.widgets.stats_panel import Knobs, StatsPanel
+
+if TYPE_CHECKING:
+    from specdec_tui.tui.app import SpecDecApp
+
+#: The worker posts at most this often; tokens in between arrive together.
+BATCH_SECONDS = 0.05
+TAU_STEP = 0.1
+
+
+def key_bindings(*, app_level: bool = False) -> list[Binding]:
+    """Bindings made from the one table of keys: the app's own (quit), or the conversation's."""
+    groups = {k.group: Binding.Group(k.group, compact=True) for k in KEYS if k.group}
+    return [Binding(k.key, k.action.removeprefix("app."), k.label, priority=True, tooltip=k.description, id=k.id,
+                    group=groups.get(k.group) if k.group else None)
+            for k in KEYS if k.action.startswith("app.") == app_level]
+
+
+# ------------------------------------------------------------------ messages from the reply worker
+
+
+@dataclass
+class ReplyBatch(Message):
+    view: MessageView
+    tokens: list[Token]
+    records: list[StepRecord]
+    elapsed: float
+    ttft: float
+
+
+@dataclass
+class ReplyDone(Message):
+    view: MessageView
+    finished: FinishedEvent
+    run: Run
+
+
+@dataclass
+class ReplyFailed(Message):
+    view: MessageView | None
+    reason: str
+
+
+@dataclass
+class CompareDone(Message):
+    first: CompareRun
+    second: CompareRun
+
+
+@dataclass(frozen=True)
+class Run:
+    """What produced a reply, so compare can run it again in the other mode."""
+
+    messages: tuple[ChatMessage, ...]
+    params: DecodeParams
+    mode: str
+
+
+class ChatScreen(Screen[None]):
+    BINDINGS = key_bindings()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.k = self.tau = 0.0
+        self.speculative = True
+        self.show_origins = False
+        self.conversation_id: int | None = None
+        self.messages: list[dict[str, str]] = []
+        self.cancel_event: threading.Event | None = None
+        self.busy = False
+        self.last_run: tuple[Run, FinishedEvent] | None = None
+        self.records: list[StepRecord] = []
+
+    @property
+    def specdec(self) -> SpecDecApp:
+        return self.app  # type: ignore[return-value]
+
+    @property
+    def settings(self) -> Settings:
+        return self.specdec.settings
+
+    @property
+    def source(self) -> ReplySource | None:
+        return self.specdec.source
+
+    @property
+    def history(self) -> History:
+        return self.specdec.open_history()
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with Horizontal(id="body"):
+            yield ConversationList(id="chats")
+            with Vertical(id="main"):
+                yield LoadingPanel(id="loading")
+                yield ChatLog(id="log")
+                yield PromptInput(id="prompt")
+            yield StatsPanel(id="panel")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        decoding = self.settings.decoding
+        self.k, self.tau = decoding.k, decoding.tau
+        self.query_one(ChatLog).welcome = self.welcome_text()
+        self.refresh_chats()
+        self._show_knobs()
+        self.query_one(PromptInput).focus()
+        self.specdec.load_models()
+
+    def key_display(self, binding_id: str) -> str:
+        """How the key bound to ``binding_id`` now (``[keys]`` applied) is shown, e.g. ``f7``."""
+        keys = effective_keys(self.settings.keys)[binding_id].split(",")
+        return " / ".join(self.app.get_key_display(Binding(key.strip(), "")) for key in keys)
+
+    def welcome_text(self) -> str:
+        labels = {k.id: k.label for k in KEYS}
+        introduced = " · ".join(f"{self.key_display(i)} {labels[i]}" for i in WELCOME_KEYS)
+        return f"{WELCOME}\n\n{introduced}"
+
+    def refresh_chats(self) -> None:
+        self.query_one(ConversationList).show(self.history.conversations(), self.conversation_id)
+
+    def _knobs(self) -> Knobs:
+        source = self.source
+        return Knobs(
+            mode=self.mode if self.speculative else "target-only",
+            k=self.k,
+            tau=self.tau,
+            temperature=self.settings.decoding.temperature,
+            target=source.target_name if source else self.settings.models.target,
+            draft=(source.draft_name or "none") if source else self.settings.models.draft,
+        )
+
+    def _show_knobs(self) -> None:
+        self.query_one(StatsPanel).show_knobs(self._knobs())
+
+    @property
+    def mode(self) -> str:
+        """The engine mode the next reply uses."""
+        return self.settings.decoding.drafter if self.speculative else TARGET
+
+    def params(self) -> DecodeParams:
+        return decode_params(self.settings.decoding, k=self.k, tau=self.tau)
+
+    # ------------------------------------------------------------------ loading (the app posts, the screen shows)
+
+    def show_progress(self, progress: Progress) -> None:
+        self.query_one(LoadingPanel).show(progress)
+
+    def models_ready(self, source: ReplySource) -> None:
+        if source.draft_name is None:
+            self.speculative = False
+        self.query_one(LoadingPanel).display = False
+        self._show_knobs()
+
+    def load_failed(self, reason: str) -> None:
+        self.query_one(LoadingPanel).fail(reason)
+
+    # ------------------------------------------------------------------ chatting
+
+    @on(PromptInput.Submitted)
+    def send(self, event: PromptInput.Submitted) -> None:
+        prompt = self.query_one(PromptInput)
+        if self.source is None or self.busy:
+            why = "a reply is still being written (Esc cancels it)" if self.busy else "the models are not loaded yet"
+            self.notify(f"Not sent: {why}", severity="warning")
+            prompt.load_text(event.text)
+            return
+        log = self.query_one(ChatLog)
+        self._store("user", event.text)
+        log.add_message("user", event.text)
+        chat = [{"role": "system", "content": self.settings.chat.system_prompt}, *self.messages]
+        run = Run(tuple(chat), self.params(), self.mode)
+        view = log.add_message("assistant", streaming=True)
+        self._start_reply(view, run)
+
+    def _store(self, role: str, content: str, metrics: dict[str, Any] | None = None) -> None:
+        """Keep the message for the conversation and write it to the history (one transaction)."""
+        self.messages.append({"role": role, "content": content})
+        try:
+            if self.conversation_id is None:
+                self.conversation_id = self.history.create_conversation(content.splitlines()[0][:60])
+            self.history.add_message(self.conversation_id, role, content, metrics)
+        except HistoryError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+        self.refresh_chats()
+
+    def _start_reply(self, view: MessageView, run: Run) -> None:
+        self.busy = True
+        self.records = []
+        self.cancel_event = threading.Event()
+        self._show_knobs()
+        self._generate(view, run, self.cancel_event)
+
+    @work(thread=True, group="generate")
+    def _generate(self, view: MessageView, run: Run, cancel: threading.Event) -> None:
+        assert self.source is not None
+        tokens: list[Token] = []
+        records: list[StepRecord] = []
+        #: Seconds to the first token, the prompt read included, as the engine's final figure counts them.
+        ttft = 0.0
+        try:
+            conversation = str(self.conversation_id) if self.conversation_id is not None else None
+            events = self.source.reply(run.messages, run.params, run.mode, cancel, conversation_id=conversation)
+            start = last_post = time.perf_counter()  # decoding starts with the first event asked for
+            for event in events:
+                if isinstance(event, StepEvent):
+                    tokens.extend(event.tokens)
+                    records.append(event.record)
+                    now = time.perf_counter()
+                    ttft = ttft or now - start
+                    if now - last_post >= BATCH_SECONDS:
+                        self.post_message(ReplyBatch(view, tokens, records, now - start, ttft))
+                        tokens, records, last_post = [], [], now
+                else:
+                    if tokens or records:
+                        self.post_message(ReplyBatch(view, tokens, records, time.perf_counter() - start, ttft))
+                    self.post_message(ReplyDone(view, event, run))
+        except PromptTooLongError as exc:
+            self.post_message(ReplyFailed(view, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a failed reply is a message in the chat
+            self.post_message(ReplyFailed(view, f"generation failed: {type(exc).__name__}: {exc}"))
+
+    def on_reply_batch(self, message: ReplyBatch) -> None:
+        log = self.query_one(ChatLog)
+        was_at_bottom = log.at_bottom()
+        message.view.append(message.tokens)
+        log.follow(was_at_bottom)
+        self.records.extend(message.records)
+        live = summarize(self.records, mode=self.mode, prompt_tokens=0, seconds=message.elapsed, ttft_s=message.ttft,
+                         finish_reason="running")
+        self.query_one(StatsPanel).show_run(live, self.records)
+
+    def on_reply_done(self, message: ReplyDone) -> None:
+        finished = message.finished
+        metrics = reply_summary(finished.summary, message.run.params)
+        message.view.finish(finished.text, metrics)
+        self.query_one(StatsPanel).show_run(finished.summary, self.records)
+        self._store("assistant", finished.text, metrics)
+        self.last_run = (message.run, finished)
+        self.busy = False
+        self.cancel_event = None
+        if finished.summary.finish_reason == "cancelled":
+            self.notify("Reply cancelled; the partial reply is kept")
+
+    def on_reply_failed(self, message: ReplyFailed) -> None:
+        if message.view is not None:
+            message.view.remove()
+        self.query_one(ChatLog).add_message("error", message.reason)
+        self.busy = False
+        self.cancel_event = None
+
+    # ------------------------------------------------------------------ actions
+
+    def action_cancel(self) -> None:
+        if self.cancel_event is not None:
+            self.cancel_event.set()
+
+    def action_k(self, delta: int) -> None:
+        self.k = max(1, min(32, self.k + delta))
+        self._show_knobs()
+
+    def action_tau(self, delta: int) -> None:
+        self.tau = round(max(TAU_STEP, min(1.0, self.tau + delta * TAU_STEP)), 2)
+        self._show_knobs()
+
+    def action_toggle_mode(self) -> None:
+        if self.source is not None and self.source.draft_name is None:
+            self.notify("No draft model is loaded: target-only it is", severity="warning")
+            return
+        self.speculative = not self.speculative
+        self._show_knobs()
+
+    def action_toggle_origins(self) -> None:
+        self.show_origins = not self.show_origins
+        for view in self.query(MessageView):
+            view.show_origins = self.show_origins
+
+    def action_toggle_panel(self) -> None:
+        self.query_one(StatsPanel).toggle_class("-hidden")
+
+    def action_toggle_chats(self) -> None:
+        chats = self.query_one(ConversationList)
+        chats.toggle_class("-shown")
+        if chats.has_class("-shown"):
+            chats.focus()
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen([(self.key_display(k.id), k.description) for k in KEYS]))
+
+    def action_new_chat(self) -> None:
+        if self.busy:
+            self.notify("Cancel the reply (Esc) before starting a new chat", severity="warning")
+            return
+        self.conversation_id = None
+        self.messages = []
+        self.last_run = None
+        self.query_one(ChatLog).clear()
+        self.refresh_chats()
+        self.query_one(PromptInput).focus()
+
+    def action_copy_reply(self) -> None:
+        replies = [m for m in self.messages if m["role"] == "assistant"]
+        if not replies:
+            self.notify("No reply to copy yet", severity="warning")
+            return
+        text = replies[-1]["content"]
+        self.app.copy_to_clipboard(text)  # OSC 52: most terminals put it on the clipboard
+        tool = copy_with_system_tool(text)
+        if tool:
+            self.notify(f"Copied the last reply ({len(text)} characters, via {tool})")
+        else:
+            self.notify(f"Copied the last reply through the terminal (OSC 52); also saved to {save_copy(text)}")
+
+    def action_compare(self) -> None:
+        if self.last_run is None or self.source is None:
+            self.notify("Nothing to compare yet: send a message first", severity="warning")
+            return
+        if self.busy:
+            self.notify("Wait for the reply to finish (or Esc) before comparing", severity="warning")
+            return
+        if self.source.draft_name is None:
+            self.notify("Compare needs a draft model", severity="warning")
+            return
+        run, finished = self.last_run
+        other = replace(run, mode=TARGET if run.mode != TARGET else self.settings.decoding.drafter)
+        self.busy = True
+        self.notify(f"Comparing: running the last prompt again as {self._label(other.mode)}…")
+        self._compare(run, finished, other)
+
+    @staticmethod
+    def _label(mode: str) -> str:
+        return "target-only" if mode == TARGET else f"speculative ({mode})"
+
+    @work(thread=True, group="generate")
+    def _compare(self, run: Run, finished: FinishedEvent, other: Run) -> None:
+        assert self.source is not None
+        try:
+            # The compare run starts from empty caches, as a first reply does.
+            again = list(self.source.reply(other.messages, other.params, other.mode, fresh=True))[-1]
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(ReplyFailed(None, f"compare failed: {type(exc).__name__}: {exc}"))
+            return
+        assert isinstance(again, FinishedEvent)
+        self.post_message(CompareDone(
+            CompareRun(self._label(run.mode), finished.summary, finished.token_ids, finished.text),
+            CompareRun(self._label(other.mode), again.summary, again.token_ids, again.text),
+        ))
+
+    def on_compare_done(self, message: CompareDone) -> None:
+        self.busy = False
+        view = self.query_one(ChatLog).add(CompareView(message.first, message.second))
+        self.call_after_refresh(view.scroll_visible, animate=False)
+
+    @on(ConversationList.Opened)
+    def open_conversation(self, event: ConversationList.Opened) -> None:
+        if self.busy:
+            self.notify("Cancel the reply (Esc) before switching chats", severity="warning")
+            return
+        self.conversation_id = event.conversation_id
+        self.messages = []
+        self.last_run = None
+        log = self.query_one(ChatLog)
+        log.clear()
+        for stored in self.history.messages(event.conversation_id):
+            self.messages.append({"role": stored.role, "content": stored.content})
+            log.add_message(stored.role, stored.content, stored.metrics)
+        self.query_one(PromptInput).focus()
+
+    def on_unmount(self) -> None:
+        if self.cancel_event is not None:
+            self.cancel_event.set()
+

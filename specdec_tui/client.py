@@ -60,7 +60,8 @@ def step_event(detail: dict[str, Any]) -> StepEvent:
                         draft_s=step["draft_ms"] / 1000, verify_s=step["verify_ms"] / 1000,
                         accept_s=step.get("accept_ms", 0.0) / 1000)
     tokens = tuple(Token(t["id"], Origin(t["origin"]), t["text"]) for t in detail["tokens"])
-    return StepEvent(tokens, record)
+    rejected = detail.get("rejected")
+    return StepEvent(tokens, record, Token(rejected["id"], Origin.DRAFT, rejected["text"]) if rejected else None)
 
 
 def _error_message(response: httpx.Response) -> tuple[str, str | None]:

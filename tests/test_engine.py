@@ -403,3 +403,18 @@ def test_a_second_engine_on_the_same_runners_starts_from_empty_caches():
     fresh = tiny_engine("llama", eos_ids=frozenset())
     assert run(second, "model", fixed(k=3, max_new_tokens=10)).token_ids == run(
         fresh, "model", fixed(k=3, max_new_tokens=10)).token_ids
+
+
+def test_each_rejection_names_the_draft_token_the_target_replaced(engine: Engine):
+    events = list(engine.generate(PROMPT, fixed(k=4, max_new_tokens=40), "model"))
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    rejecting = [s for s in steps if s.rejected is not None]
+    assert rejecting  # a noisy draft is wrong now and then
+    for step in steps:
+        kept, drafted = step.record.accepted, step.record.drafted
+        if step.rejected is None:
+            assert kept == drafted or len(step.tokens) <= kept
+            continue
+        assert kept < drafted and step.rejected.origin is Origin.DRAFT
+        assert step.rejected.id != step.tokens[kept].id  # the target wrote something else there
+        assert step.tokens[kept].origin is Origin.TARGET

@@ -17,6 +17,7 @@ from specdec_tui.runtime import Runtime
 from specdec_tui.tui import themes
 from specdec_tui.tui.app import SpecDecApp
 from specdec_tui.tui.keys import KEY_IDS, KEYS
+from specdec_tui.tui.screens.report import ReportScreen
 from specdec_tui.tui.widgets.compare_view import CompareView
 from specdec_tui.tui.widgets.conversation_list import ConversationList
 from specdec_tui.tui.widgets.loading_panel import LoadingPanel
@@ -370,3 +371,30 @@ def test_the_bundled_themes_ship_as_package_data():
         inside = (themes.BUNDLED.relative_to(package) / file.name).as_posix()
         assert any(fnmatch.fnmatch(inside, p) for p in patterns["specdec_tui"]), inside
     assert "specdec-dark" in {t.name for t in themes.load_themes().themes}
+
+
+async def test_the_speculation_report_shows_origins_acceptance_timing_and_each_rejection():
+    app = make_app(adaptive_k=False, k=4)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await ready(pilot)
+        await pilot.press("ctrl+r")
+        assert not isinstance(app.screen, ReportScreen)  # nothing to report yet
+        await send(pilot, "def add(a, b):")
+        _run, finished = app.chat.last_run
+        steps = app.chat.last_steps
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: isinstance(app.screen, ReportScreen))
+        report = app.screen
+        assert _plain(report.query_one("#report-reply")).replace("\n", "") == "".join(
+            t.text for s in steps for t in s.tokens).replace("\n", "")
+        histogram = _plain(report.query_one("#report-histogram"))
+        counted = sum(int(line.split()[-1]) for line in histogram.splitlines() if line.startswith("kept"))
+        assert counted == sum(1 for s in steps if s.record.drafted)
+        wrong = [s for s in steps if s.rejected is not None]
+        rows = [line for line in _plain(report.query_one("#report-rejections")).splitlines()[1:] if line.strip()]
+        assert wrong and len(rows) == len(wrong)
+        assert [int(row.split()[0]) for row in rows] == [steps.index(s) + 1 for s in wrong]
+        assert "drafting" in _plain(report.query_one("#report-timing"))
+        assert f"{finished.summary.new_tokens} tokens" in str(report.query_one("#report-title").render())
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ReportScreen)

@@ -59,6 +59,8 @@ class Token:
 class StepEvent:
     tokens: tuple[Token, ...]
     record: StepRecord
+    #: The drafted token the target rejected (the one its own token replaced), if the step had one.
+    rejected: Token | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class SpeculativeDecoder:
                     for i, t in enumerate(emitted)
                 ),
                 record,
+                self.rejected(draft, record, emitted),
             )
             if hit_eos:
                 finish = "eos"
@@ -162,6 +165,13 @@ class SpeculativeDecoder:
         )
         generated_ids = tuple(context[len(prompt_ids) :])
         yield FinishedEvent(summary, generated_ids, self.tokenizer.decode(generated_ids, skip_special_tokens=True))
+
+    def rejected(self, draft: Draft, record: StepRecord, emitted: list[int]) -> Token | None:
+        """The draft token the target replaced with its own, when the step emitted that replacement."""
+        if record.accepted >= record.drafted or len(emitted) <= record.accepted:
+            return None
+        token = draft.tokens[record.accepted]
+        return Token(token, Origin.DRAFT, self.tokenizer.decode([token]))
 
     def step(
         self, context: list[int], drafter: Drafter | None, k: int, room: int, params: DecodeParams, sampler: Sampler

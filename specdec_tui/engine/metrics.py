@@ -73,6 +73,15 @@ def position_acceptance(records: Sequence[StepRecord]) -> tuple[float, ...]:
     return tuple(k / n for k, n in zip(kept, reached, strict=True))
 
 
+def acceptance_histogram(records: Sequence[StepRecord]) -> list[int]:
+    """Steps that drafted, by how many drafted tokens they kept (index i counts steps that kept i)."""
+    drafting = [r for r in records if r.drafted]
+    counts = [0] * (max((r.drafted for r in drafting), default=0) + 1)
+    for record in drafting:
+        counts[record.accepted] += 1
+    return counts if drafting else []
+
+
 def summarize(
     records: Sequence[StepRecord],
     *,

@@ -252,7 +252,8 @@ async def event_stream(reply: Reply, chunk: ChunkMaker, opening: BaseModel | Non
         async for piece in reply.pieces():
             detail = None
             if origins and piece.record is not None:
-                detail = ChunkSpeculative(tokens=token_origins(piece.tokens), step=step_info(piece.record))
+                detail = ChunkSpeculative(tokens=token_origins(piece.tokens), step=step_info(piece.record),
+                                          rejected=token_origins([piece.rejected])[0] if piece.rejected else None)
             if piece.text or detail is not None:
                 yield sse(chunk(piece.text, None, detail))
     except ReplyFailed as exc:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, StepEvent, Token
-from specdec_tui.engine.metrics import RunSummary, StepRecord
+from specdec_tui.engine.metrics import RunSummary, StepRecord, acceptance_histogram
 from specdec_tui.server.metrics import ServerMetrics
 from specdec_tui.server.schema import SpeculativeReport, StepInfo, TokenOrigin
 from specdec_tui.server.worker import Ended, Failed, Job, JobItem
@@ -44,15 +44,6 @@ class StopFilter:
     def flush(self) -> str:
         out, self.pending = ("" if self.stopped else self.pending), ""
         return out
-
-
-def acceptance_histogram(records: Sequence[StepRecord]) -> list[int]:
-    """Steps that drafted, by how many drafted tokens they kept."""
-    drafting = [r for r in records if r.drafted]
-    counts = [0] * (max((r.drafted for r in drafting), default=0) + 1)
-    for record in drafting:
-        counts[record.accepted] += 1
-    return counts if drafting else []
 
 
 def speculative_report(summary: RunSummary, records: Sequence[StepRecord], params: DecodeParams,
@@ -100,6 +91,7 @@ class Piece:
     text: str
     tokens: tuple[Token, ...]
     record: StepRecord | None
+    rejected: Token | None = None
 
 
 @dataclass
@@ -167,7 +159,7 @@ class Reply:
             self._sent.append(text)
             if self._stop.stopped:
                 self.job.cancel.set()
-            return Piece(text, item.tokens, item.record)
+            return Piece(text, item.tokens, item.record, item.rejected)
         if isinstance(item, FinishedEvent):
             # The last characters may have been held back as an unfinished character.
             rest = item.text[len(self._streamed):] if item.text.startswith(self._streamed) else ""

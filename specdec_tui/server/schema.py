@@ -104,6 +104,8 @@ class ChunkSpeculative(BaseModel):
 
     tokens: list[TokenOrigin] | None = None
     step: StepInfo | None = None
+    #: The drafted token the target rejected at this step (its own token replaced it), if any.
+    rejected: TokenOrigin | None = None
     report: SpeculativeReport | None = None
 
 

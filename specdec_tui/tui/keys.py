@@ -31,6 +31,8 @@ KEYS: tuple[Key, ...] = (
     Key("tau_up", "f5", "tau(1)", "τ+", "raise tau toward 1 (lossless)", group="τ"),
     Key("mode", "f6", "toggle_mode", "Mode", "switch between speculative and target-only decoding"),
     Key("compare", "f7", "compare", "Compare", "run the last prompt again in the other mode, side by side"),
+    Key("report", "ctrl+r", "report", "Report",
+        "the last reply's speculation report: origins, acceptance, timing, where the draft went wrong"),
     Key("colours", "f8", "toggle_origins", "Colours", "colour reply tokens by origin (draft-accepted vs target)"),
     Key("panel", "f9", "toggle_panel", "Panel", "hide or show the side panel"),
     Key("cancel", "escape", "cancel", "Cancel", "stop the reply; what was written is kept"),

@@ -22,7 +22,7 @@ from textual.widgets import Footer, Header
 
 from specdec_tui.chat.history import History, HistoryError
 from specdec_tui.config import Settings
-from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent, Token
+from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent
 from specdec_tui.engine.metrics import StepRecord, summarize
 from specdec_tui.engine.modes import TARGET
 from specdec_tui.models.progress import Progress
@@ -31,6 +31,7 @@ from specdec_tui.runtime import ReplySource, decode_params, reply_summary
 from specdec_tui.tui.clipboard import copy_with_system_tool, save_copy
 from specdec_tui.tui.keys import KEYS, WELCOME_KEYS, effective_keys
 from specdec_tui.tui.screens.help import HelpScreen
+from specdec_tui.tui.screens.report import ReportScreen
 from specdec_tui.tui.widgets.chat_log import WELCOME, ChatLog
 from specdec_tui.tui.widgets.compare_view import CompareRun, CompareView
 from specdec_tui.tui.widgets.conversation_list import ConversationList
@@ -61,8 +62,7 @@ def key_bindings(*, app_level: bool = False) -> list[Binding]:
 @dataclass
 class ReplyBatch(Message):
     view: MessageView
-    tokens: list[Token]
-    records: list[StepRecord]
+    steps: list[StepEvent]
     elapsed: float
     ttft: float
 
@@ -109,6 +109,9 @@ class ChatScreen(Screen[None]):
         self.busy = False
         self.last_run: tuple[Run, FinishedEvent] | None = None
         self.records: list[StepRecord] = []
+        #: The steps of the reply being written, and of the last finished one (for its report).
+        self.steps: list[StepEvent] = []
+        self.last_steps: list[StepEvent] = []
 
     @property
     def specdec(self) -> SpecDecApp:
@@ -226,7 +229,7 @@ class ChatScreen(Screen[None]):
 
     def _start_reply(self, view: MessageView, run: Run) -> None:
         self.busy = True
-        self.records = []
+        self.records, self.steps = [], []
         self.cancel_event = threading.Event()
         self._show_knobs()
         self._generate(view, run, self.cancel_event)
@@ -234,8 +237,7 @@ class ChatScreen(Screen[None]):
     @work(thread=True, group="generate")
     def _generate(self, view: MessageView, run: Run, cancel: threading.Event) -> None:
         assert self.source is not None
-        tokens: list[Token] = []
-        records: list[StepRecord] = []
+        steps: list[StepEvent] = []
         #: Seconds to the first token, the prompt read included, as the engine's final figure counts them.
         ttft = 0.0
         try:
@@ -244,16 +246,15 @@ class ChatScreen(Screen[None]):
             start = last_post = time.perf_counter()  # decoding starts with the first event asked for
             for event in events:
                 if isinstance(event, StepEvent):
-                    tokens.extend(event.tokens)
-                    records.append(event.record)
+                    steps.append(event)
                     now = time.perf_counter()
                     ttft = ttft or now - start
                     if now - last_post >= BATCH_SECONDS:
-                        self.post_message(ReplyBatch(view, tokens, records, now - start, ttft))
-                        tokens, records, last_post = [], [], now
+                        self.post_message(ReplyBatch(view, steps, now - start, ttft))
+                        steps, last_post = [], now
                 else:
-                    if tokens or records:
-                        self.post_message(ReplyBatch(view, tokens, records, time.perf_counter() - start, ttft))
+                    if steps:
+                        self.post_message(ReplyBatch(view, steps, time.perf_counter() - start, ttft))
                     self.post_message(ReplyDone(view, event, run))
         except PromptTooLongError as exc:
             self.post_message(ReplyFailed(view, str(exc)))
@@ -263,9 +264,10 @@ class ChatScreen(Screen[None]):
     def on_reply_batch(self, message: ReplyBatch) -> None:
         log = self.query_one(ChatLog)
         was_at_bottom = log.at_bottom()
-        message.view.append(message.tokens)
+        message.view.append([token for step in message.steps for token in step.tokens])
         log.follow(was_at_bottom)
-        self.records.extend(message.records)
+        self.steps.extend(message.steps)
+        self.records.extend(step.record for step in message.steps)
         live = summarize(self.records, mode=self.mode, prompt_tokens=0, seconds=message.elapsed, ttft_s=message.ttft,
                          finish_reason="running")
         self.query_one(StatsPanel).show_run(live, self.records)
@@ -277,6 +279,7 @@ class ChatScreen(Screen[None]):
         self.query_one(StatsPanel).show_run(finished.summary, self.records)
         self._store("assistant", finished.text, metrics)
         self.last_run = (message.run, finished)
+        self.last_steps = self.steps
         self.busy = False
         self.cancel_event = None
         if finished.summary.finish_reason == "cancelled":
@@ -366,6 +369,20 @@ class ChatScreen(Screen[None]):
         self.busy = True
         self.notify(f"Comparing: running the last prompt again as {self._label(other.mode)}…")
         self._compare(run, finished, other)
+
+    def action_report(self) -> None:
+        if self.last_run is None or self.busy:
+            why = "wait for the reply to finish" if self.busy else "send a message first"
+            self.notify(f"No report yet: {why}", severity="warning")
+            return
+        run, finished = self.last_run
+        summary = finished.summary
+        rate = "–" if summary.acceptance_rate is None else f"{summary.acceptance_rate:.0%}"
+        title = (f"Speculation report · {summary.mode} k={run.params.k} tau={run.params.tau:g} · "
+                 f"{summary.new_tokens} tokens · {summary.tokens_per_s:.1f} tok/s · acceptance {rate}")
+        colours = self.app.theme_variables
+        self.app.push_screen(ReportScreen(title, summary, self.last_steps, colours.get("draft-token", "green"),
+                                          colours.get("target-token", "yellow")))
 
     @staticmethod
     def _label(mode: str) -> str:

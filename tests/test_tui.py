@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -398,3 +399,34 @@ async def test_the_speculation_report_shows_origins_acceptance_timing_and_each_r
         assert f"{finished.summary.new_tokens} tokens" in str(report.query_one("#report-title").render())
         await pilot.press("escape")
         assert not isinstance(app.screen, ReportScreen)
+
+
+async def test_compare_shows_both_texts_and_marks_the_first_token_where_they_differ():
+    app = make_app(adaptive_k=False, tau=0.2, max_new_tokens=30)  # lenient: the texts part somewhere
+    async with app.run_test(size=(120, 50)) as pilot:
+        await ready(pilot)
+        await send(pilot, "def add(a, b):")
+        await pilot.press("f7")
+        await until(pilot, lambda: bool(app.query(CompareView)) and not app.chat.busy)
+        view = app.query_one(CompareView)
+        first = view.difference
+        assert first is not None and "texts differ from token" in view.verdict()
+        for run in (view.first, view.second):
+            assert "".join(run.pieces) and len(run.pieces) == len(run.token_ids)
+            marked = view.marked(run)
+            assert marked.plain == "".join(run.pieces)
+            mark = [s for s in marked.spans if s.style == "reverse bold"]
+            if first < len(run.pieces):
+                assert len(mark) == 1 and mark[0].start == len("".join(run.pieces[:first]))
+        texts = [_plain(static) for static in view.query(".compare--text")]
+        assert len(texts) == 2
+
+
+def test_identical_runs_are_shown_unmarked():
+    from specdec_tui.engine.metrics import summarize
+    from specdec_tui.tui.widgets.compare_view import CompareRun
+
+    summary = summarize([], mode="hybrid", prompt_tokens=1, seconds=1.0, ttft_s=0.1, finish_reason="length")
+    run = CompareRun("speculative (hybrid)", summary, (1, 2), "ab", ("a", "b"))
+    view = CompareView(run, CompareRun("target-only", replace(summary, mode="target"), (1, 2), "ab", ("a", "b")))
+    assert view.difference is None and view.marked(run).spans == []

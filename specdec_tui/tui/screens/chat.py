@@ -368,7 +368,8 @@ class ChatScreen(Screen[None]):
         other = replace(run, mode=TARGET if run.mode != TARGET else self.settings.decoding.drafter)
         self.busy = True
         self.notify(f"Comparing: running the last prompt again as {self._label(other.mode)}…")
-        self._compare(run, finished, other)
+        pieces = tuple(t.text for step in self.last_steps for t in step.tokens)
+        self._compare(run, finished, pieces, other)
 
     def action_report(self) -> None:
         if self.last_run is None or self.busy:
@@ -389,18 +390,20 @@ class ChatScreen(Screen[None]):
         return "target-only" if mode == TARGET else f"speculative ({mode})"
 
     @work(thread=True, group="generate")
-    def _compare(self, run: Run, finished: FinishedEvent, other: Run) -> None:
+    def _compare(self, run: Run, finished: FinishedEvent, pieces: tuple[str, ...], other: Run) -> None:
         assert self.source is not None
         try:
             # The compare run starts from empty caches, as a first reply does.
-            again = list(self.source.reply(other.messages, other.params, other.mode, fresh=True))[-1]
+            events = list(self.source.reply(other.messages, other.params, other.mode, fresh=True))
+            again = events[-1]
         except Exception as exc:  # noqa: BLE001
             self.post_message(ReplyFailed(None, f"compare failed: {type(exc).__name__}: {exc}"))
             return
         assert isinstance(again, FinishedEvent)
         self.post_message(CompareDone(
-            CompareRun(self._label(run.mode), finished.summary, finished.token_ids, finished.text),
-            CompareRun(self._label(other.mode), again.summary, again.token_ids, again.text),
+            CompareRun(self._label(run.mode), finished.summary, finished.token_ids, finished.text, pieces),
+            CompareRun(self._label(other.mode), again.summary, again.token_ids, again.text,
+                       tuple(t.text for e in events if isinstance(e, StepEvent) for t in e.tokens)),
         ))
 
     def on_compare_done(self, message: CompareDone) -> None:

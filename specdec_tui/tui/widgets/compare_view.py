@@ -6,12 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Static
 
 from specdec_tui.engine.cached_model import common_prefix_length
 from specdec_tui.engine.metrics import RunSummary
+
+#: How the first differing token, and what follows it, are shown.
+MARK = "reverse bold"
+AFTER = "italic"
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,8 @@ class CompareRun:
     summary: RunSummary
     token_ids: tuple[int, ...]
     text: str
+    #: Each token's text, as it streamed.
+    pieces: tuple[str, ...] = ()
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -55,6 +62,20 @@ class CompareView(Vertical):
             return f"identical text ({len(self.target.token_ids)} tokens) · speedup {self.speedup:.2f}x"
         return f"texts differ from token {self.difference} on · speedup {self.speedup:.2f}x"
 
+    def marked(self, run: CompareRun) -> Text:
+        """The run's text; where the two differ, the first differing token is marked and the rest dimmed."""
+        text = Text()
+        pieces = run.pieces or (run.text,)
+        difference = self.difference
+        # A token that ends inside a character streams as ""; the mark goes on the first one shown.
+        mark = next((i for i in range(difference, len(pieces)) if pieces[i]), None) if difference is not None else None
+        for i, piece in enumerate(pieces):
+            if difference is None or i < difference:
+                text.append(piece)
+            else:
+                text.append(piece, style=MARK if i == mark else AFTER)
+        return text
+
     def compose(self) -> ComposeResult:
         table = Table(expand=True, show_edge=False, pad_edge=False)
         table.add_column("")
@@ -72,4 +93,9 @@ class CompareView(Vertical):
             table.add_row(*row)
         yield Label("Compare", classes="compare--title")
         yield Static(table)
+        with Horizontal(classes="compare--texts"):
+            for run in (self.first, self.second):
+                with Vertical(classes="compare--side"):
+                    yield Label(run.label, classes="compare--label")
+                    yield Static(self.marked(run), classes="compare--text")
         yield Label(self.verdict(), classes="compare--verdict " + ("-same" if self.difference is None else "-diff"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -430,3 +431,44 @@ def test_identical_runs_are_shown_unmarked():
     run = CompareRun("speculative (hybrid)", summary, (1, 2), "ab", ("a", "b"))
     view = CompareView(run, CompareRun("target-only", replace(summary, mode="target"), (1, 2), "ab", ("a", "b")))
     assert view.difference is None and view.marked(run).spans == []
+
+
+async def test_a_message_typed_while_the_models_load_is_sent_when_they_are_ready():
+    loaded = threading.Event()
+    pair = tiny_pair()
+
+    def slow_load(settings, progress):  # type: ignore[no-untyped-def]
+        assert loaded.wait(20)
+        return Runtime.from_pair(settings, pair)
+
+    history = History(":memory:")
+    app = SpecDecApp(settings(), load=slow_load, history=history)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.query_one(PromptInput).load_text("def add(a, b):")
+        await pilot.press("enter")
+        assert app.chat.queued == "def add(a, b):" and app.query_one(PromptInput).text == ""
+        app.query_one(PromptInput).load_text("and another")
+        await pilot.press("enter")
+        assert app.query_one(PromptInput).text == "and another"  # one waits at a time; this one is kept
+        loaded.set()
+        await until(pilot, lambda: app.chat.last_run is not None and not app.chat.busy)
+        assert [m.role for m in history.messages(app.chat.conversation_id)] == ["user", "assistant"]
+        assert [v.role for v in app.query(MessageView)] == ["user", "assistant"]  # shown once
+        assert app.chat.queued is None
+
+
+async def test_a_queued_message_goes_back_to_the_box_if_the_models_fail_to_load():
+    release = threading.Event()
+
+    def failing(settings, progress):  # type: ignore[no-untyped-def]
+        assert release.wait(20)
+        raise ModelError("model path /nope does not exist")
+
+    app = SpecDecApp(settings(), load=failing, history=History(":memory:"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.query_one(PromptInput).load_text("hello?")
+        await pilot.press("enter")
+        release.set()
+        await until(pilot, lambda: app.query_one(LoadingPanel).has_class("-failed"))
+        assert app.query_one(PromptInput).text == "hello?" and app.chat.queued is None
+        assert not [v for v in app.query(MessageView) if v.role == "user"]  # shown only while it waited

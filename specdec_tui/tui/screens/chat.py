@@ -112,6 +112,10 @@ class ChatScreen(Screen[None]):
         #: The steps of the reply being written, and of the last finished one (for its report).
         self.steps: list[StepEvent] = []
         self.last_steps: list[StepEvent] = []
+        #: A message typed while the models load, sent when they are ready.
+        self.queued: str | None = None
+        self.queued_view: MessageView | None = None
+        self.load_error: str | None = None
 
     @property
     def specdec(self) -> SpecDecApp:
@@ -194,8 +198,17 @@ class ChatScreen(Screen[None]):
             self.speculative = False
         self.query_one(LoadingPanel).display = False
         self._show_knobs()
+        if self.queued is not None:
+            text, self.queued, self.queued_view = self.queued, None, None
+            self._reply_to(text)
 
     def load_failed(self, reason: str) -> None:
+        self.load_error = reason
+        if self.queued is not None:  # give it back, so nothing typed is lost
+            self.query_one(PromptInput).load_text(self.queued)
+            if self.queued_view is not None:
+                self.queued_view.remove()
+            self.queued = self.queued_view = None
         self.query_one(LoadingPanel).fail(reason)
 
     # ------------------------------------------------------------------ chatting
@@ -203,14 +216,26 @@ class ChatScreen(Screen[None]):
     @on(PromptInput.Submitted)
     def send(self, event: PromptInput.Submitted) -> None:
         prompt = self.query_one(PromptInput)
+        loading = self.source is None and self.load_error is None
+        if loading and self.queued is None:
+            self.queued = event.text
+            self.queued_view = self.query_one(ChatLog).add_message("user", event.text)
+            self.notify("Queued: it is sent as soon as the models are loaded")
+            return
         if self.source is None or self.busy:
-            why = "a reply is still being written (Esc cancels it)" if self.busy else "the models are not loaded yet"
+            why = ("a reply is still being written (Esc cancels it)" if self.busy
+                   else "a message is already waiting for the models" if loading
+                   else "the models failed to load")
             self.notify(f"Not sent: {why}", severity="warning")
             prompt.load_text(event.text)
             return
+        self.query_one(ChatLog).add_message("user", event.text)
+        self._reply_to(event.text)
+
+    def _reply_to(self, text: str) -> None:
+        """Store the user's message (already on screen) and start the reply to it."""
         log = self.query_one(ChatLog)
-        self._store("user", event.text)
-        log.add_message("user", event.text)
+        self._store("user", text)
         chat = [{"role": "system", "content": self.settings.chat.system_prompt}, *self.messages]
         run = Run(tuple(chat), self.params(), self.mode)
         view = log.add_message("assistant", streaming=True)

@@ -472,3 +472,29 @@ async def test_a_queued_message_goes_back_to_the_box_if_the_models_fail_to_load(
         await until(pilot, lambda: app.query_one(LoadingPanel).has_class("-failed"))
         assert app.query_one(PromptInput).text == "hello?" and app.chat.queued is None
         assert not [v for v in app.query(MessageView) if v.role == "user"]  # shown only while it waited
+
+
+async def test_a_chat_exports_to_markdown_and_json_with_each_replys_metrics():
+    import json
+    import os
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await pilot.press("ctrl+s")
+        assert any("Nothing to export yet" in n.message for n in app._notifications)
+        await send(pilot, "def add(a, b):")
+        await pilot.press("ctrl+s")
+        folder = Path(os.environ["XDG_DATA_HOME"]) / "specdec-tui" / "exports"
+        [markdown] = folder.glob("*.md")
+        [data] = folder.glob("*.json")
+        assert any(str(markdown) in n.message for n in app._notifications)  # the path is shown
+        _run, finished = app.chat.last_run
+        text = markdown.read_text()
+        assert "## You\n\ndef add(a, b):" in text and f"## Assistant\n\n{finished.text}" in text
+        assert "*mode hybrid · K 4 · tau 1 · " in text and f"{finished.summary.new_tokens} tokens*" in text
+        exported = json.loads(data.read_text())
+        assert [m["role"] for m in exported["messages"]] == ["user", "assistant"]
+        assert exported["messages"][1]["content"] == finished.text
+        assert exported["messages"][1]["metrics"]["new_tokens"] == finished.summary.new_tokens
+        assert exported["messages"][1]["metrics"]["mode"] == "hybrid"

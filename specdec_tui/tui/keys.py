@@ -38,6 +38,7 @@ KEYS: tuple[Key, ...] = (
     Key("cancel", "escape", "cancel", "Cancel", "stop the reply; what was written is kept"),
     Key("new_chat", "ctrl+n", "new_chat", "New", "start an empty conversation"),
     Key("copy", "ctrl+y", "copy_reply", "Copy", "copy the last reply to the clipboard"),
+    Key("export", "ctrl+s", "export", "Export", "export this chat, with each reply's metrics, to Markdown and JSON"),
     Key("chats", "ctrl+l", "toggle_chats", "Chats", "show or hide past conversations"),
     Key("quit", "ctrl+q", "app.quit", "Quit", "quit"),
 )

@@ -10,8 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import platformdirs
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,6 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
+from specdec_tui.chat.export import export_conversation
 from specdec_tui.chat.history import History, HistoryError
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent
@@ -395,6 +398,20 @@ class ChatScreen(Screen[None]):
         self.notify(f"Comparing: running the last prompt again as {self._label(other.mode)}…")
         pieces = tuple(t.text for step in self.last_steps for t in step.tokens)
         self._compare(run, finished, pieces, other)
+
+    def action_export(self) -> None:
+        if self.conversation_id is None:
+            self.notify("Nothing to export yet: send a message first", severity="warning")
+            return
+        title = next((c.title for c in self.history.conversations() if c.id == self.conversation_id), "chat")
+        folder = Path(platformdirs.user_data_dir("specdec-tui")) / "exports"
+        try:
+            markdown, data = export_conversation(folder, self.conversation_id, title,
+                                                 self.history.messages(self.conversation_id))
+        except OSError as exc:
+            self.notify(f"Export failed: {exc.strerror or exc} ({folder})", severity="error", timeout=10)
+            return
+        self.notify(f"Exported to {markdown} and {data.name}", timeout=10)
 
     def action_report(self) -> None:
         if self.last_run is None or self.busy:

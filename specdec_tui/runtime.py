@@ -111,6 +111,8 @@ class Runtime:
         if fresh:
             self.engine.reset()
         events = self.engine.generate(prompt_ids, params, mode, cancel)
+        if not self.observers.listeners:
+            return events
         info = ReplyInfo(prompt_ids, params, mode, self.target_name, self.draft_name, operation, conversation_id,
                          [dict(m) for m in messages] if messages is not None else None, parent)
         for listener in self.observers.listeners:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +36,13 @@ def tiny_runtime(delay: float = 0.0, eos: bool = False, settings: Settings | Non
     if not eos:
         runtime.engine.decoder.eos_ids = frozenset()
     return runtime
+
+
+def free_port() -> int:
+    """A port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

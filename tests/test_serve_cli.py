@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,15 +11,10 @@ from pathlib import Path
 
 import httpx
 import openai
+from serving import free_port
 from tiny import perturbed, save_tiny, tiny_model, tiny_tokenizer
 
 START_TIMEOUT_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import logging
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from serving import serving_settings
+from serving import free_port, serving_settings
 from tiny import tiny_pair
 
 from specdec_tui.bench.harness import BenchPlan, run_suite, write_csv
@@ -148,12 +147,6 @@ def test_an_unreachable_tracking_server_warns_once_and_loses_nothing(tmp_path: P
     assert log_bench("http://127.0.0.1:9", logged) is None
     assert any("could not log the bench run" in r.getMessage() for r in caplog.records)
     assert read_csv(out)  # the rows are still on disk
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from specdec_tui.models import quantized_kernels
 from specdec_tui.observability.tracking import (
     BenchLog,
     git_commit,
+    metric_prefix,
     model_versions,
     package_version,
     summary_metrics,
@@ -66,6 +67,5 @@ def paired_metrics(rows: Sequence[BenchRow]) -> dict[str, float | None]:
         for baseline in (b for b in BASELINES if b in {mode for mode, _, _ in runs}):
             for mode, k, tau in runs:
                 if mode != baseline:
-                    key = f"{category}/{mode}" + (f"/k{k}_tau{tau:g}" if k else "")
-                    values[f"{key}/paired_over_{baseline}"] = paired_ratio(rows, mode, baseline, category, (k, tau))
+                    values[f"{metric_prefix(category, mode, k, tau)}/paired_over_{baseline}"] = paired_ratio(rows, mode, baseline, category, (k, tau))
     return values

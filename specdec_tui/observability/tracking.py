@@ -234,11 +234,16 @@ class ReplyTracker:
             self.thread.join(CLOSE_TIMEOUT_S)
 
 
+def metric_prefix(category: str, mode: str, k: int, tau: float) -> str:
+    """``category/mode``, and ``/kK_tauT`` for a mode that drafts (K > 0)."""
+    return f"{category}/{mode}" + (f"/k{k}_tau{tau:g}" if k else "")
+
+
 def summary_metrics(lines: Iterable[Any]) -> dict[str, float | None]:
     """Metric name -> value for the bench's summary lines: ``category/mode/measure``."""
     values: dict[str, float | None] = {}
     for line in lines:
-        key = f"{line.category}/{line.mode}" + (f"/k{line.k}_tau{line.tau:g}" if line.k else "")
+        key = metric_prefix(line.category, line.mode, line.k, line.tau)
         values[f"{key}/median_tokens_per_s"] = line.median_tokens_per_s
         values[f"{key}/speedup_vs_target"] = line.median_speedup
         values[f"{key}/acceptance_rate"] = line.acceptance_rate

@@ -85,10 +85,16 @@ class ServerState:
         self.worker: EngineWorker | None = None
         self.load_error: str | None = None
         self.started = time.time()
-        self.metrics = ServerMetrics(
-            running=lambda: int(self.worker is not None and self.worker.running is not None),
-            waiting=lambda: self.worker.waiting if self.worker is not None else 0,
-        )
+        self.metrics = ServerMetrics(running=lambda: self.running, waiting=lambda: self.waiting)
+
+    @property
+    def running(self) -> int:
+        """Replies being decoded now (0 or 1)."""
+        return int(self.worker is not None and self.worker.running is not None)
+
+    @property
+    def waiting(self) -> int:
+        return self.worker.waiting if self.worker is not None else 0
 
     def ready(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -312,16 +318,13 @@ router = APIRouter()
 api = APIRouter(dependencies=[Depends(authorized)])
 
 @router.get("/health")
-
-
 async def health(state: State) -> JSONResponse:
-    worker = state.worker
     body: dict[str, Any] = {
         "status": "ok" if state.runtime else "failed" if state.load_error else "loading",
         "model": state.runtime.target_name if state.runtime else state.settings.models.target,
         "draft": state.runtime.draft_name if state.runtime else state.settings.models.draft,
-        "running": int(worker is not None and worker.running is not None),
-        "waiting": worker.waiting if worker else 0,
+        "running": state.running,
+        "waiting": state.waiting,
         "queue_size": state.settings.server.queue_size,
     }
     if state.load_error:
@@ -329,14 +332,10 @@ async def health(state: State) -> JSONResponse:
     return JSONResponse(body, status_code=200 if state.runtime else 503)
 
 @api.get("/metrics")
-
-
 async def metrics(state: State) -> Response:
     return Response(state.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 @api.get("/v1/models")
-
-
 async def models(state: State, runtime: Ready) -> ModelList:
     card = ModelCard(id=runtime.target_name, created=int(state.started), draft=runtime.draft_name,
                      modes=list(runtime.modes), max_context=runtime.engine.max_context)
@@ -360,8 +359,6 @@ def streamed(reply: Reply, chunk: ChunkMaker, opening: BaseModel | None, body: S
 
 
 @api.post("/v1/chat/completions", response_model=None)
-
-
 async def chat_completions(body: ChatCompletionRequest, request: Request, state: State,
                            runtime: Ready) -> ChatCompletion | StreamingResponse:
     params, mode, options = openai_params(runtime, body)
@@ -393,8 +390,6 @@ def chat_chunk(made: dict[str, Any]) -> ChunkMaker:
 
 
 @api.post("/v1/completions", response_model=None)
-
-
 async def completions(body: CompletionRequest, request: Request, state: State,
                       runtime: Ready) -> Completion | StreamingResponse:
     params, mode, options = openai_params(runtime, body)
@@ -421,8 +416,6 @@ def completion_chunk(made: dict[str, Any]) -> ChunkMaker:
 
 
 @api.post("/generate")
-
-
 async def generate(body: GenerateRequest, request: Request, state: State, runtime: Ready) -> GenerateResponse:
     options = SpeculativeOptions(mode=body.mode, k=body.k, tau=body.tau, adaptive_k=body.adaptive_k)
     params, mode = request_params(runtime, max_tokens=body.max_new_tokens, temperature=body.temperature,
@@ -434,8 +427,7 @@ async def generate(body: GenerateRequest, request: Request, state: State, runtim
     else:
         prompt_ids, param = completion_prompt_ids(runtime, body.prompt or ""), "prompt"
     check_prompt(runtime, prompt_ids, param)
-    stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-    reply = await start_reply(state, prompt_ids, params, mode, stops, fresh=False,
+    reply = await start_reply(state, prompt_ids, params, mode, body.stops(), fresh=False,
                               operation="chat" if chat is not None else "text_completion", messages=chat)
     await run_to_end(reply, request)
     outcome = reply.outcome

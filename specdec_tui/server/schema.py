@@ -136,7 +136,8 @@ class StreamOptions(Strict):
 StopStrings = str | list[str] | None
 
 
-def _stop_list(stop: StopStrings) -> list[str]:
+def stop_list(stop: StopStrings) -> list[str]:
+    """The stop strings of a request, checked: at most 4, none empty."""
     if stop is None:
         return []
     stops = [stop] if isinstance(stop, str) else list(stop)
@@ -168,11 +169,11 @@ class SamplingFields(Strict):
     @field_validator("stop")
     @classmethod
     def _valid_stops(cls, stop: StopStrings) -> StopStrings:
-        _stop_list(stop)
+        stop_list(stop)
         return stop
 
     def stops(self) -> list[str]:
-        return _stop_list(self.stop)
+        return stop_list(self.stop)
 
     def token_limit(self) -> int | None:
         return self.max_tokens
@@ -361,8 +362,11 @@ class GenerateRequest(Strict):
             raise ValueError("give exactly one of prompt or messages")
         if self.prompt == "" or self.messages == []:
             raise ValueError("the prompt is empty")
-        _stop_list(self.stop)
+        stop_list(self.stop)
         return self
+
+    def stops(self) -> list[str]:
+        return stop_list(self.stop)
 
 
 class GenerateResponse(BaseModel):

@@ -22,13 +22,14 @@ import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -130,6 +131,61 @@ class TrackingSettings(BaseModel):
     experiment: str = Field("specdec-chat", min_length=1, description="MLflow experiment of chat replies")
 
 
+class ResilienceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fail_max: int = Field(3, ge=1, le=1000, description="failed passes in a row that open a model's circuit")
+    reset_timeout: float = Field(30.0, gt=0, description="seconds an open circuit waits before one trial pass")
+    step_timeout: float | None = Field(10.0, gt=0, description="a decoding pass slower than this (seconds) "
+                                       "counts as failed; empty: no limit")
+
+
+Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+def parse_fault_spec(spec: str) -> dict[str, str]:
+    """``"target.raise=0.2, draft.nan=0.1, seed=3"`` -> ``{"target_raise": "0.2", ...}``."""
+    values = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{item!r} is not name=value (e.g. target.raise=0.2)")
+        values[name.strip().replace(".", "_")] = value.strip()
+    return values
+
+
+class FaultSettings(BaseModel):
+    """Fault injection, for tests and demonstrations; every rate is a per-pass probability."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target_raise: Rate = Field(0.0, description="FAULT INJECTION: share of target passes that raise")
+    target_nan: Rate = Field(0.0, description="FAULT INJECTION: share of target passes that return NaN")
+    target_hang: Rate = Field(0.0, description="FAULT INJECTION: share of target passes that hang")
+    target_hang_ms: float = Field(3000.0, ge=0, description="how long an injected target hang lasts")
+    draft_raise: Rate = Field(0.0, description="FAULT INJECTION: share of draft passes that raise")
+    draft_nan: Rate = Field(0.0, description="FAULT INJECTION: share of draft passes that return NaN")
+    draft_hang: Rate = Field(0.0, description="FAULT INJECTION: share of draft passes that hang")
+    draft_hang_ms: float = Field(3000.0, ge=0, description="how long an injected draft hang lasts")
+    seed: int = Field(0, description="seed of the injected faults")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_spec(cls, value: Any) -> Any:
+        # SPECDEC_FAULTS="target.raise=0.2,draft.nan=0.1" sets several at once.
+        return parse_fault_spec(value) if isinstance(value, str) else value
+
+    @property
+    def enabled(self) -> bool:
+        return any(getattr(self, f"{model}_{fault}") > 0 for model in ("target", "draft")
+                   for fault in ("raise", "nan", "hang"))
+
+    def describe(self) -> str:
+        """The faults that are on, e.g. ``target.raise=0.2, draft.nan=0.1``."""
+        return ", ".join(f"{name.replace('_', '.', 1)}={value:g}" for name, value in self.model_dump().items()
+                         if name.split("_")[-1] in ("raise", "nan", "hang") and value > 0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", nested_model_default_partial_update=True
@@ -141,6 +197,8 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     tracking: TrackingSettings = Field(default_factory=TrackingSettings)
+    resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
+    faults: Annotated[FaultSettings, NoDecode] = Field(default_factory=FaultSettings)
     #: Key binding id -> key(s), e.g. ``compare = "f10"``: rebinds the chat's keys.
     keys: dict[str, str] = Field(default_factory=dict)
 
@@ -214,9 +272,16 @@ def _leaves(values: Mapping[str, Any]) -> dict[str, Any]:
     return {
         f"{group}.{name}": value
         for group, table in values.items()
-        if isinstance(table, Mapping)
-        for name, value in table.items()
+        for name, value in (_spec_or_nothing(table) if group == "faults" and isinstance(table, str)
+                            else table if isinstance(table, Mapping) else {}).items()
     }
+
+
+def _spec_or_nothing(spec: str) -> dict[str, str]:
+    try:
+        return parse_fault_spec(spec)
+    except ValueError:
+        return {}  # validating the settings reports it
 
 
 def load_settings(
@@ -236,9 +301,12 @@ def load_settings(
     ]
     origins = {key: "default" for key in (f"{g}.{n}" for g, n in field_paths())}
     for label, values in layers:
+        spec = label == "env" and isinstance(values.get("faults"), str)
         for key in _leaves(values):
             origins[key] = (
-                f"env {ENV_PREFIX}{key.replace('.', '__').upper()}" if label == "env" else label
+                label if label != "env"
+                else f"env {ENV_PREFIX}FAULTS" if spec and key.startswith("faults.")
+                else f"env {ENV_PREFIX}{key.replace('.', '__').upper()}"
             )
     token = _CONFIG_FILE.set(path)
     try:
@@ -257,7 +325,7 @@ def _describe(exc: ValidationError, origins: Mapping[str, str]) -> str:
         return f"unknown setting {key} (from {origins.get(key, _env_or_cli(key))})"
     got = error.get("input")
     why = error["msg"].removeprefix("Value error, ")  # a validator's own message reads as it is
-    return f"{key} = {got!r} (from {origins.get(key, 'default')}): {why[0].lower()}{why[1:]}"
+    return f"{key} = {got!r} (from {origins.get(key) or _env_or_cli(key)}): {why[0].lower()}{why[1:]}"
 
 
 def _env_or_cli(key: str) -> str:
@@ -274,6 +342,8 @@ def describe_settings(settings: Settings, origins: Mapping[str, str]) -> str:
         if f"{group}.{name}" in SECRETS and value is not None:
             shown = "'***'"
         lines.append(f"{group}.{name} = {shown}".ljust(52) + f"  # {origins[f'{group}.{name}']}")
+    if settings.faults.enabled:
+        lines.append(f"# FAULT INJECTION IS ON: {settings.faults.describe()} (seed {settings.faults.seed})")
     return "\n".join(lines)
 
 
@@ -308,6 +378,9 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--otel-endpoint": ("telemetry", "endpoint"),
     "--step-spans": ("telemetry", "step_spans"),
     "--mlflow-uri": ("tracking", "mlflow_uri"),
+    "--fail-max": ("resilience", "fail_max"),
+    "--reset-timeout": ("resilience", "reset_timeout"),
+    "--step-timeout": ("resilience", "step_timeout"),
 }
 
 #: Settings whose values ``describe_settings`` never prints.
@@ -315,7 +388,8 @@ SECRETS = frozenset({"server.api_key"})
 
 
 def add_settings_flags(parser: argparse.ArgumentParser,
-                       only: tuple[str, ...] = ("models", "decoding", "chat", "telemetry", "tracking")) -> None:
+                       only: tuple[str, ...] = ("models", "decoding", "chat", "telemetry", "tracking",
+                                                "resilience")) -> None:
     """Add ``--config``, ``--show-settings`` and one flag per setting in the ``only`` groups."""
     group = parser.add_argument_group("settings (override the config file and SPECDEC_* variables)")
     group.add_argument("--config", type=Path, help="TOML config file (default: $SPECDEC_CONFIG or "

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from specdec_tui.chat.template import render_prompt
-from specdec_tui.config import DecodingSettings, Settings
+from specdec_tui.config import DecodingSettings, FaultSettings, ResilienceSettings, Settings
+from specdec_tui.engine.cached_model import Runner
 from specdec_tui.engine.decoder import DecodeParams, Event
+from specdec_tui.engine.faults import FaultRates, FaultyRunner, random_faults
 from specdec_tui.engine.metrics import RunSummary
 from specdec_tui.engine.modes import MODES, TARGET
+from specdec_tui.engine.resilience import Breaker, Breakers, GuardedRunner
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.loader import ModelPair, load_pair
 from specdec_tui.models.progress import ProgressFn, no_progress
@@ -47,15 +50,34 @@ def decode_params(decoding: DecodingSettings, **overrides: Any) -> DecodeParams:
     return replace(params, **overrides) if overrides else params
 
 
-def build_engine(pair: ModelPair) -> Engine:
-    return Engine(
-        pair.target.runner,
+def fault_rates(faults: FaultSettings, model: str) -> FaultRates:
+    return FaultRates(raise_=getattr(faults, f"{model}_raise"), nan=getattr(faults, f"{model}_nan"),
+                      hang=getattr(faults, f"{model}_hang"), hang_ms=getattr(faults, f"{model}_hang_ms"))
+
+
+def guarded(runner: Runner, model: str, resilience: ResilienceSettings, faults: FaultSettings) -> GuardedRunner:
+    """``runner`` behind its own circuit breaker, with the faults the settings inject (if any)."""
+    rates = fault_rates(faults, model)
+    if rates.any:
+        runner = FaultyRunner(runner, random_faults(rates, faults.seed + (model == "draft")), rates.hang_ms)
+    return GuardedRunner(runner, Breaker(model, resilience.fail_max, resilience.reset_timeout),
+                         resilience.step_timeout)
+
+
+def build_engine(pair: ModelPair, settings: Settings) -> tuple[Engine, Breakers]:
+    """The engine over ``pair``, each model's passes behind a circuit breaker."""
+    target = guarded(pair.target.runner, "target", settings.resilience, settings.faults)
+    draft = (guarded(pair.draft.runner, "draft", settings.resilience, settings.faults)
+             if pair.draft is not None else None)
+    engine = Engine(
+        target,
         pair.target.tokenizer,
-        draft=pair.draft.runner if pair.draft is not None else None,
+        draft=draft,
         eos_ids=pair.target.eos_ids,
         max_context=pair.target.max_context,
         vocab_size=pair.target.vocab_size,
     )
+    return engine, Breakers(target.breaker, draft.breaker if draft is not None else None)
 
 
 def load_pair_for(settings: Settings, progress: ProgressFn = no_progress) -> ModelPair:
@@ -73,10 +95,17 @@ class Runtime:
     pair: ModelPair
     engine: Engine
     observers: Observers = field(default_factory=Observers)
+    breakers: Breakers | None = None
 
     @classmethod
     def from_pair(cls, settings: Settings, pair: ModelPair, observers: Observers | None = None) -> Runtime:
-        return cls(settings, pair, build_engine(pair), observers or Observers())
+        engine, breakers = build_engine(pair, settings)
+        return cls(settings, pair, engine, observers or Observers(), breakers)
+
+    @property
+    def degraded(self) -> str | None:
+        """Why replies are degraded now (a model's circuit is open), or None."""
+        return self.breakers.why() if self.breakers is not None else None
 
     @property
     def target_name(self) -> str:
@@ -147,4 +176,8 @@ def reply_summary(summary: RunSummary, params: DecodeParams) -> dict[str, Any]:
         "ttft_s": round(summary.ttft_s, 4),
         "seconds": round(summary.seconds, 3),
         "finish_reason": summary.finish_reason,
+        "degraded_tokens": summary.degraded_tokens,
+        "target_failures": summary.target_failures,
+        "draft_failures": summary.draft_failures,
+        **({"failure": summary.failure} if summary.failure else {}),
     }

@@ -51,7 +51,7 @@ def running_server(runtime: Runtime | None, **server: Any) -> Iterator[tuple[str
     settings = serving_settings(**server)
     state = ServerState(settings, runtime.observers if runtime is not None else None)
     if runtime is not None:
-        state.ready(Runtime(settings, runtime.pair, runtime.engine, runtime.observers))
+        state.ready(Runtime(settings, runtime.pair, runtime.engine, runtime.observers, runtime.breakers))
     config = uvicorn.Config(create_app(state), host="127.0.0.1", port=0, log_level="warning",
                             timeout_graceful_shutdown=2)
     http = uvicorn.Server(config)

@@ -37,7 +37,7 @@ def pair() -> ModelPair:
 @pytest.fixture(scope="module")
 def engine(pair: ModelPair) -> Engine:
     assert pair.draft is not None
-    return build_engine(pair)
+    return build_engine(pair, load_settings()[0])[0]
 
 
 def reply(engine: Engine, pair: ModelPair, text: str, mode: str, **params: object) -> FinishedEvent:

@@ -64,7 +64,13 @@ class CachedModel:
         return list(ids[keep:])
 
     def _forward(self, new: list[int], n_logits: int) -> torch.Tensor:
-        logits = self.runner.forward(new, n_logits)
+        try:
+            logits = self.runner.forward(new, n_logits)
+        except BaseException:
+            # A failed pass may have written part of its keys and values: forget them, so the
+            # cache holds exactly ``self.ids`` again and the next call can simply retry.
+            self.runner.crop(len(self.ids))
+            raise
         self.ids.extend(new)
         self.last_fed = len(new)
         return logits

@@ -4,6 +4,10 @@ Target-only decoding is the same loop with no drafter, so both modes share every
 and bookkeeping. Both KV caches roll back implicitly (see ``CachedModel``): each step asks the
 target to score ``context + drafts`` and the cache keeps only what that sequence shares with
 what it held.
+
+When a model fails (see ``resilience``), the step leaves no trace and is tried again from the same
+context: a failed draft makes it a target-only step; a failed target pass is retried, and while
+the target's circuit is open the draft model alone writes the reply, each token marked degraded.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from specdec_tui.engine.detokenizer import IncrementalDetokenizer
 from specdec_tui.engine.drafters import Draft, Drafter, Sampler
 from specdec_tui.engine.metrics import RunSummary, StepRecord, summarize
 from specdec_tui.engine.policy import VerifyCost
+from specdec_tui.engine.resilience import ModelFailure, ModelUnavailable
 
 
 class PromptTooLongError(ValueError):
@@ -32,6 +37,7 @@ class PromptTooLongError(ValueError):
 class Origin(StrEnum):
     DRAFT = "draft"  # proposed by the drafter and accepted by the target
     TARGET = "target"  # the target's own token: a correction or the bonus
+    DEGRADED = "degraded"  # the draft model's alone while the target was unavailable: never verified
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,25 @@ class FinishedEvent:
 
 
 Event = StepEvent | FinishedEvent
+Step = tuple[Draft, list[int], bool, StepRecord]
+#: The source of the empty draft a step gets when the draft model failed.
+DRAFT_FAILED = "draft-failed"
+
+
+@dataclass
+class Failures:
+    """The failed passes of one reply: counts, the latest reason, and whether the reply must stop."""
+
+    target: int = 0
+    draft: int = 0
+    reason: str | None = None
+    stopped: bool = False
+
+
+def origin(position: int, record: StepRecord) -> Origin:
+    if record.degraded:
+        return Origin.DEGRADED
+    return Origin.DRAFT if position < record.accepted else Origin.TARGET
 
 
 def verify_block(draft: Draft, logits: torch.Tensor, params: DecodeParams, sampler: Sampler) -> Verdict:
@@ -103,6 +128,8 @@ class SpeculativeDecoder:
         self.max_context = max_context
         #: What target passes cost by row count, from every step of every reply.
         self.verify_cost = VerifyCost()
+        #: Writes the reply one token at a time while the target is unavailable; None: no draft model.
+        self.fallback: Drafter | None = None
 
     def generate(
         self,
@@ -126,8 +153,9 @@ class SpeculativeDecoder:
         records: list[StepRecord] = []
         ttft: float | None = None
         finish = "length"
+        failures = Failures()
         start = time.perf_counter()
-        self.target.prefill(context[:-1])
+        self.prefill(context[:-1], failures)
         while (generated := len(context) - len(prompt_ids)) < params.max_new_tokens:
             room = min(params.max_new_tokens - generated, self.max_context - len(context))
             if room <= 0:
@@ -137,18 +165,22 @@ class SpeculativeDecoder:
                 finish = "cancelled"
                 break
             k = min(params.k, room - 1) if drafter is not None else 0
-            draft, emitted, hit_eos, record = self.step(context, drafter, k, room, params, sampler)
+            step = self.resilient_step(context, drafter, k, room, params, sampler, failures)
+            if step is None:
+                if failures.stopped:
+                    finish = "failed"
+                    break
+                continue  # a failed pass: nothing was emitted, so the same context is tried again
+            draft, emitted, hit_eos, record = step
             context.extend(emitted)
             records.append(record)
-            self.verify_cost.observe(record)
-            if drafter is not None:
+            if not record.degraded:
+                self.verify_cost.observe(record)
+            if drafter is not None and not record.degraded:
                 drafter.observe(record, draft.source)
             ttft = ttft if ttft is not None else time.perf_counter() - start
             yield StepEvent(
-                tuple(
-                    Token(t, Origin.DRAFT if i < record.accepted else Origin.TARGET, text.push(t))
-                    for i, t in enumerate(emitted)
-                ),
+                tuple(Token(t, origin(i, record), text.push(t)) for i, t in enumerate(emitted)),
                 record,
                 self.rejected(draft, record, emitted),
             )
@@ -162,6 +194,9 @@ class SpeculativeDecoder:
             seconds=time.perf_counter() - start,
             ttft_s=ttft or 0.0,
             finish_reason=finish,
+            target_failures=failures.target,
+            draft_failures=failures.draft,
+            failure=failures.reason,
         )
         generated_ids = tuple(context[len(prompt_ids) :])
         yield FinishedEvent(summary, generated_ids, self.tokenizer.decode(generated_ids, skip_special_tokens=True))
@@ -173,16 +208,75 @@ class SpeculativeDecoder:
         token = draft.tokens[record.accepted]
         return Token(token, Origin.DRAFT, self.tokenizer.decode([token]))
 
-    def step(
-        self, context: list[int], drafter: Drafter | None, k: int, room: int, params: DecodeParams, sampler: Sampler
-    ) -> tuple[Draft, list[int], bool, StepRecord]:
-        """One round: draft up to ``k`` tokens, score them with one target pass, judge them.
+    def prefill(self, ids: Sequence[int], failures: Failures) -> None:
+        """Read the prompt into the target's cache; if that fails, the first step reads it instead."""
+        try:
+            self.target.prefill(ids)
+        except ModelUnavailable:
+            pass
+        except ModelFailure as exc:
+            failures.target += 1
+            failures.reason = str(exc)
+
+    def resilient_step(self, context: list[int], drafter: Drafter | None, k: int, room: int, params: DecodeParams,
+                       sampler: Sampler, failures: Failures) -> Step | None:
+        """``step``, or a degraded step while the target is unavailable; None when nothing was emitted."""
+        started = time.perf_counter()
+        draft = self.propose(drafter, context, k, sampler, failures)
+        draft_s = time.perf_counter() - started
+        try:
+            return self.step(context, draft, room, params, sampler, draft_s)
+        except ModelUnavailable as exc:
+            failures.reason = str(exc)
+            if self.fallback is None:
+                failures.stopped = True
+                return None
+        except ModelFailure as exc:
+            failures.target += 1
+            failures.reason = str(exc)
+            return None
+        return self.degraded_step(context, draft, room, sampler, failures, draft_s)
+
+    def degraded_step(self, context: list[int], draft: Draft, room: int, sampler: Sampler, failures: Failures,
+                      draft_s: float) -> Step | None:
+        """The draft model's own tokens, unverified: its draft if it made this one, else one new token.
+
+        None if the draft model fails too.
+        """
+        assert self.fallback is not None
+        started = time.perf_counter()
+        if draft.source != self.fallback.name or not draft.tokens:
+            try:
+                draft = self.fallback.propose(context, 1, sampler)
+            except ModelFailure as exc:
+                failures.draft += not isinstance(exc, ModelUnavailable)
+                failures.reason = f"{failures.reason}; {exc}"
+                failures.stopped = isinstance(exc, ModelUnavailable)
+                return None
+        emitted, hit_eos = cut_at_eos(draft.tokens[:room], self.eos_ids)
+        record = StepRecord(drafted=0, accepted=0, emitted=len(emitted),
+                            draft_s=draft_s + time.perf_counter() - started, verify_s=0.0, degraded=True)
+        return Draft([], source=draft.source), emitted, hit_eos, record
+
+    def propose(self, drafter: Drafter | None, context: list[int], k: int, sampler: Sampler,
+                failures: Failures) -> Draft:
+        """The drafter's proposal; none (a target-only step) when the draft model fails."""
+        if drafter is None or k == 0:
+            return Draft([])
+        try:
+            return drafter.propose(context, k, sampler)
+        except ModelFailure as exc:
+            failures.draft += not isinstance(exc, ModelUnavailable)
+            failures.reason = str(exc)
+            return Draft([], source=DRAFT_FAILED)
+
+    def step(self, context: list[int], draft: Draft, room: int, params: DecodeParams, sampler: Sampler,
+             draft_s: float) -> Step:
+        """One round after drafting: score the draft with one target pass and judge it.
 
         Returns the draft, the tokens to emit (at most ``room``, cut after an EOS), whether an EOS
         was among them, and the step's record.
         """
-        started = time.perf_counter()
-        draft = drafter.propose(context, k, sampler) if drafter is not None and k > 0 else Draft([])
         drafted = time.perf_counter()
         logits = self.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1)
         scored = time.perf_counter()
@@ -193,8 +287,9 @@ class SpeculativeDecoder:
             drafted=len(draft.tokens),
             accepted=min(verdict.accepted, len(emitted)),
             emitted=len(emitted),
-            draft_s=drafted - started,
+            draft_s=draft_s,
             verify_s=verified - drafted,
             accept_s=verified - scored,
+            draft_failed=draft.source == DRAFT_FAILED,
         )
         return draft, emitted, hit_eos, record

@@ -19,6 +19,10 @@ class StepRecord:
     verify_s: float
     #: The acceptance check alone (part of ``verify_s``).
     accept_s: float = 0.0
+    #: The target was unavailable: the draft model alone wrote this step's token, unverified.
+    degraded: bool = False
+    #: The draft failed, so this step was the target's alone.
+    draft_failed: bool = False
 
     @property
     def seconds(self) -> float:
@@ -41,6 +45,17 @@ class RunSummary:
     mean_draft_ms: float
     mean_verify_ms: float
     position_acceptance: tuple[float, ...] = field(default=())
+    #: Tokens the draft model wrote alone while the target was unavailable (never verified).
+    degraded_tokens: int = 0
+    #: Target passes that failed (each retried or replaced by a degraded step) and draft passes that did.
+    target_failures: int = 0
+    draft_failures: int = 0
+    #: Why the reply degraded or stopped early because a model failed; None when nothing failed.
+    failure: str | None = None
+
+    @property
+    def degraded(self) -> bool:
+        return self.degraded_tokens > 0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -90,6 +105,9 @@ def summarize(
     seconds: float,
     ttft_s: float,
     finish_reason: str,
+    target_failures: int = 0,
+    draft_failures: int = 0,
+    failure: str | None = None,
 ) -> RunSummary:
     return RunSummary(
         mode=mode,
@@ -104,4 +122,8 @@ def summarize(
         mean_draft_ms=1000 * fmean(r.draft_s for r in records) if records else 0.0,
         mean_verify_ms=1000 * fmean(r.verify_s for r in records) if records else 0.0,
         position_acceptance=position_acceptance(records),
+        degraded_tokens=sum(r.emitted for r in records if r.degraded),
+        target_failures=target_failures,
+        draft_failures=draft_failures,
+        failure=failure,
     )

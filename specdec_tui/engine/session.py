@@ -9,7 +9,7 @@ from transformers import PreTrainedTokenizerBase
 
 from specdec_tui.engine.cached_model import CachedModel, Runner
 from specdec_tui.engine.decoder import DecodeParams, Event, SpeculativeDecoder
-from specdec_tui.engine.drafters import Drafter
+from specdec_tui.engine.drafters import Drafter, ModelDrafter
 from specdec_tui.engine.modes import MODES, check_mode
 from specdec_tui.engine.policy import DraftPolicy
 
@@ -30,6 +30,8 @@ class Engine:
         self.target = CachedModel(target)
         self.draft = CachedModel(draft) if draft is not None else None
         self.decoder = SpeculativeDecoder(self.target, tokenizer, eos_ids, max_context)
+        if self.draft is not None:
+            self.decoder.fallback = ModelDrafter(self.draft, vocab_size)
         #: Each drafter's acceptance and cost estimates, kept across replies (see ``DraftPolicy``).
         self.policies: dict[str, DraftPolicy] = {}
 

@@ -51,6 +51,10 @@ def summary_of(report: dict[str, Any]) -> RunSummary:
         mean_draft_ms=report["mean_draft_ms"],
         mean_verify_ms=report["mean_verify_ms"],
         position_acceptance=tuple(report["per_position_acceptance"]),
+        degraded_tokens=report.get("degraded_tokens", 0),
+        target_failures=report.get("target_failures", 0),
+        draft_failures=report.get("draft_failures", 0),
+        failure=report.get("failure"),
     )
 
 
@@ -58,7 +62,8 @@ def step_event(detail: dict[str, Any]) -> StepEvent:
     step = detail["step"]
     record = StepRecord(drafted=step["drafted"], accepted=step["accepted"], emitted=step["emitted"],
                         draft_s=step["draft_ms"] / 1000, verify_s=step["verify_ms"] / 1000,
-                        accept_s=step.get("accept_ms", 0.0) / 1000)
+                        accept_s=step.get("accept_ms", 0.0) / 1000, degraded=bool(step.get("degraded")),
+                        draft_failed=bool(step.get("draft_failed")))
     tokens = tuple(Token(t["id"], Origin(t["origin"]), t["text"]) for t in detail["tokens"])
     rejected = detail.get("rejected")
     return StepEvent(tokens, record, Token(rejected["id"], Origin.DRAFT, rejected["text"]) if rejected else None)

@@ -85,7 +85,8 @@ class ServerState:
         self.worker: EngineWorker | None = None
         self.load_error: str | None = None
         self.started = time.time()
-        self.metrics = ServerMetrics(running=lambda: self.running, waiting=lambda: self.waiting)
+        self.metrics = ServerMetrics(running=lambda: self.running, waiting=lambda: self.waiting,
+                                     breakers=lambda: self.runtime.breakers if self.runtime else None)
 
     @property
     def running(self) -> int:
@@ -200,7 +201,7 @@ async def start_reply(state: ServerState, prompt_ids: Sequence[int], params: Dec
     return Reply(job, params, stops, state.metrics, arrived, started.waited_s)
 
 
-async def run_to_end(reply: Reply, request: Request) -> None:
+async def run_to_end(reply: Reply, request: Request, runtime: Runtime) -> None:
     """Read a reply whole, cancelling it if the client disconnects meanwhile."""
 
     async def watch() -> None:
@@ -216,6 +217,9 @@ async def run_to_end(reply: Reply, request: Request) -> None:
         raise APIError(500, f"generation failed: {exc}", type="server_error", code="generation_failed") from exc
     finally:
         watcher.cancel()
+    assert reply.outcome is not None
+    if reply.outcome.summary.finish_reason == "failed":
+        raise target_unavailable(runtime, reply.outcome.summary.failure or "its passes fail")
 
 
 def sse(payload: BaseModel | dict[str, Any] | str) -> str:
@@ -267,7 +271,9 @@ async def event_stream(reply: Reply, chunk: ChunkMaker, opening: BaseModel | Non
         yield sse("[DONE]")
         return
     assert reply.outcome is not None
-    yield sse(chunk(None, reply.outcome.finish_reason, ChunkSpeculative(report=reply.outcome.report)))
+    final = chunk(None, reply.outcome.finish_reason, ChunkSpeculative(report=reply.outcome.report))
+    final.degraded = reply.outcome.summary.degraded  # type: ignore[attr-defined]
+    yield sse(final)
     if include_usage:
         yield sse(chunk(None, None, None, usage_of(reply, prompt_tokens)))
     yield sse("[DONE]")
@@ -300,7 +306,18 @@ def ready_runtime(state: State) -> Runtime:
         why = f"the models failed to load: {state.load_error}" if state.load_error else "the models are loading"
         raise APIError(503, why, type="server_error", code="model_not_ready",
                        headers={"Retry-After": str(RETRY_AFTER_S)})
+    breakers = state.runtime.breakers
+    if breakers is not None and breakers.target.is_open and state.runtime.draft_name is None:
+        raise target_unavailable(state.runtime, breakers.target.why_open())
     return state.runtime
+
+
+def target_unavailable(runtime: Runtime, why: str) -> APIError:
+    """503 for a target whose circuit is open when no draft model can write instead."""
+    breakers = runtime.breakers
+    retry = max(1, round(breakers.target.circuit.reset_timeout if breakers else RETRY_AFTER_S))
+    return APIError(503, f"the target model is unavailable ({why}) and no draft model is loaded to fall back on",
+                    type="server_error", code="target_unavailable", headers={"Retry-After": str(retry)})
 
 
 Ready = Annotated[Runtime, Depends(ready_runtime)]
@@ -319,14 +336,22 @@ api = APIRouter(dependencies=[Depends(authorized)])
 
 @router.get("/health")
 async def health(state: State) -> JSONResponse:
+    runtime = state.runtime
+    degraded = runtime.degraded if runtime else None
     body: dict[str, Any] = {
-        "status": "ok" if state.runtime else "failed" if state.load_error else "loading",
+        "status": "degraded" if degraded else "ok" if runtime else "failed" if state.load_error else "loading",
         "model": state.runtime.target_name if state.runtime else state.settings.models.target,
         "draft": state.runtime.draft_name if state.runtime else state.settings.models.draft,
         "running": state.running,
         "waiting": state.waiting,
         "queue_size": state.settings.server.queue_size,
     }
+    if runtime is not None and runtime.breakers is not None:
+        body["breakers"] = {breaker.name: breaker.state for breaker in runtime.breakers}
+    if degraded:
+        body["degraded"] = degraded
+    if state.settings.faults.enabled:
+        body["fault_injection"] = state.settings.faults.describe()
     if state.load_error:
         body["error"] = state.load_error
     return JSONResponse(body, status_code=200 if state.runtime else 503)
@@ -370,13 +395,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
     if body.stream:
         opening = ChatCompletionChunk(**made, choices=[ChunkChoice(delta=Delta(role="assistant", content=""))])
         return streamed(reply, chat_chunk(made), opening, body, len(prompt_ids))
-    await run_to_end(reply, request)
+    await run_to_end(reply, request, runtime)
     assert reply.outcome is not None
     return ChatCompletion(
         **made,
         choices=[ChatChoice(message=AssistantMessage(content=reply.outcome.text),
                             finish_reason=reply.outcome.finish_reason)],
         usage=usage_of(reply, len(prompt_ids)),
+        degraded=reply.outcome.summary.degraded,
         speculative=reply.outcome.report,
     )
 
@@ -400,11 +426,12 @@ async def completions(body: CompletionRequest, request: Request, state: State,
     made = envelope("cmpl", runtime)
     if body.stream:
         return streamed(reply, completion_chunk(made), None, body, len(prompt_ids))
-    await run_to_end(reply, request)
+    await run_to_end(reply, request, runtime)
     assert reply.outcome is not None
     return Completion(**made, choices=[CompletionChoice(text=reply.outcome.text,
                                                         finish_reason=reply.outcome.finish_reason)],
-                      usage=usage_of(reply, len(prompt_ids)), speculative=reply.outcome.report)
+                      usage=usage_of(reply, len(prompt_ids)), degraded=reply.outcome.summary.degraded,
+                      speculative=reply.outcome.report)
 
 def completion_chunk(made: dict[str, Any]) -> ChunkMaker:
     def chunk(text: str | None, finish: str | None, detail: ChunkSpeculative | None,
@@ -429,7 +456,7 @@ async def generate(body: GenerateRequest, request: Request, state: State, runtim
     check_prompt(runtime, prompt_ids, param)
     reply = await start_reply(state, prompt_ids, params, mode, body.stops(), fresh=False,
                               operation="chat" if chat is not None else "text_completion", messages=chat)
-    await run_to_end(reply, request)
+    await run_to_end(reply, request, runtime)
     outcome = reply.outcome
     assert outcome is not None
     summary = outcome.summary
@@ -444,6 +471,7 @@ async def generate(body: GenerateRequest, request: Request, state: State, runtim
         drafted=summary.drafted,
         accepted=summary.accepted,
         finish_reason=outcome.finish_reason,
+        degraded=summary.degraded,
         speculative=outcome.report,
     )
 

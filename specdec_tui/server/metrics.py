@@ -9,14 +9,39 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from specdec_tui.engine.metrics import RunSummary, StepRecord
+from specdec_tui.engine.resilience import Breakers
+
+#: ``specdec:breaker_state`` values.
+BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
+
+
+class BreakerCollector(Collector):
+    """Each model's circuit, read when scraped: its state, how often it opened, its failed passes."""
+
+    def __init__(self, breakers: Callable[[], Breakers | None]) -> None:
+        self.breakers = breakers
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        state = GaugeMetricFamily("specdec:breaker_state", "Circuit state: 0 closed, 1 half-open, 2 open",
+                                  labels=["model"])
+        trips = CounterMetricFamily("specdec:breaker_trips", "Times the circuit opened", labels=["model"])
+        failures = CounterMetricFamily("specdec:model_failures", "Failed forward passes", labels=["model"])
+        for breaker in self.breakers() or ():
+            state.add_metric([breaker.name], BREAKER_STATES[breaker.state])
+            trips.add_metric([breaker.name], breaker.log.trips)
+            failures.add_metric([breaker.name], breaker.log.failures)
+        yield from (state, trips, failures)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0, 120.0)
 
 
 class ServerMetrics:
-    def __init__(self, running: Callable[[], int], waiting: Callable[[], int]) -> None:
+    def __init__(self, running: Callable[[], int], waiting: Callable[[], int],
+                 breakers: Callable[[], Breakers | None] = lambda: None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.drafts = Counter("specdec:spec_decode_num_drafts", "Steps that verified a non-empty draft", registry=r)
@@ -45,6 +70,11 @@ class ServerMetrics:
                                     buckets=LATENCY_BUCKETS, registry=r)
         Gauge("specdec:num_requests_running", "Requests being decoded", registry=r).set_function(running)
         Gauge("specdec:num_requests_waiting", "Requests waiting in the queue", registry=r).set_function(waiting)
+        self.degraded_tokens = Counter("specdec:degraded_tokens", "Tokens the draft model wrote alone (unverified)",
+                                       registry=r)
+        self.degraded_requests = Counter("specdec:request_degraded", "Finished requests with degraded tokens",
+                                         registry=r)
+        r.register(BreakerCollector(breakers))
 
     def observe_step(self, record: StepRecord, first: bool) -> None:
         self.steps.inc()
@@ -55,6 +85,8 @@ class ServerMetrics:
             for position in range(record.accepted):
                 self.accepted_per_pos.labels(position=str(position)).inc()
         self.generation_tokens.inc(record.emitted)
+        if record.degraded:
+            self.degraded_tokens.inc(record.emitted)
         if not first and record.emitted:
             for _ in range(record.emitted):
                 self.inter_token.observe(record.seconds / record.emitted)
@@ -62,6 +94,8 @@ class ServerMetrics:
     def observe_request(self, summary: RunSummary, finish_reason: str, queue_s: float, e2e_s: float) -> None:
         self.prompt_tokens.inc(summary.prompt_tokens)
         self.requests.labels(finished_reason=finish_reason).inc()
+        if summary.degraded:
+            self.degraded_requests.inc()
         self.queue_time.observe(queue_s)
         if summary.new_tokens:
             self.ttft.observe(queue_s + summary.ttft_s)

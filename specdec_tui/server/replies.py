@@ -16,7 +16,8 @@ from specdec_tui.server.worker import Ended, Failed, Job, JobItem
 
 #: The engine's finish reasons as OpenAI names them; a reply cancelled by a client gone or a shutdown is
 #: an "abort", as vLLM counts it.
-OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "abort"}
+OPENAI_FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "abort",
+                 "failed": "error"}
 
 
 class StopFilter:
@@ -72,12 +73,18 @@ def speculative_report(summary: RunSummary, records: Sequence[StepRecord], param
         seconds=summary.seconds,
         tokens_per_s=summary.tokens_per_s,
         finish_reason=finish_reason,
+        degraded=summary.degraded,
+        degraded_tokens=summary.degraded_tokens,
+        target_failures=summary.target_failures,
+        draft_failures=summary.draft_failures,
+        failure=summary.failure,
     )
 
 
 def step_info(record: StepRecord) -> StepInfo:
     return StepInfo(drafted=record.drafted, accepted=record.accepted, emitted=record.emitted,
-                    draft_ms=1000 * record.draft_s, verify_ms=1000 * record.verify_s, accept_ms=1000 * record.accept_s)
+                    draft_ms=1000 * record.draft_s, verify_ms=1000 * record.verify_s, accept_ms=1000 * record.accept_s,
+                    degraded=record.degraded or None, draft_failed=record.draft_failed or None)
 
 
 def token_origins(tokens: Sequence[Token]) -> list[TokenOrigin]:

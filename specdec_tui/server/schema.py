@@ -53,7 +53,8 @@ class SpeculativeOptions(Strict):
 class TokenOrigin(BaseModel):
     id: int
     text: str
-    origin: Literal["draft", "target"]
+    #: draft: proposed and accepted; target: the target's own; degraded: the draft's alone, unverified.
+    origin: Literal["draft", "target", "degraded"]
 
 
 class StepInfo(BaseModel):
@@ -64,6 +65,10 @@ class StepInfo(BaseModel):
     #: The target's pass and the acceptance check after it; ``accept_ms`` is the check alone.
     verify_ms: float
     accept_ms: float = 0.0
+    #: The target was unavailable: this step's tokens are the draft model's alone.
+    degraded: bool | None = None
+    #: The draft model failed, so this step was the target's alone.
+    draft_failed: bool | None = None
 
 
 class SpeculativeReport(BaseModel):
@@ -95,8 +100,16 @@ class SpeculativeReport(BaseModel):
     queue_ms: float
     seconds: float
     tokens_per_s: float
-    #: The engine's own reason: eos | length | context | cancelled | stop (a stop string).
+    #: The engine's own reason: eos | length | context | cancelled | stop (a stop string) | failed.
     finish_reason: str
+    #: True when some tokens were written by the draft model alone while the target was unavailable.
+    degraded: bool = False
+    degraded_tokens: int = 0
+    #: Failed forward passes (each retried, or replaced by draft-only or target-only steps).
+    target_failures: int = 0
+    draft_failures: int = 0
+    #: Why the reply degraded or stopped: which model failed, and how.
+    failure: str | None = None
 
 
 class ChunkSpeculative(BaseModel):
@@ -280,6 +293,8 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    #: True when the target was unavailable for part of the reply: those tokens are the draft's alone.
+    degraded: bool = False
     speculative: SpeculativeReport
 
 
@@ -302,6 +317,8 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChunkChoice]
     usage: Usage | None = None
+    #: Set on the chunk with the finish reason.
+    degraded: bool | None = None
     speculative: ChunkSpeculative | None = None
 
 
@@ -319,6 +336,7 @@ class Completion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+    degraded: bool | None = None
     speculative: SpeculativeReport | ChunkSpeculative | None = None
 
 
@@ -380,6 +398,8 @@ class GenerateResponse(BaseModel):
     drafted: int
     accepted: int
     finish_reason: str
+    #: True when the target was unavailable for part of the reply: those tokens are the draft's alone.
+    degraded: bool = False
     speculative: SpeculativeReport
 
 

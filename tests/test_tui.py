@@ -498,3 +498,70 @@ async def test_a_chat_exports_to_markdown_and_json_with_each_replys_metrics():
         assert exported["messages"][1]["content"] == finished.text
         assert exported["messages"][1]["metrics"]["new_tokens"] == finished.summary.new_tokens
         assert exported["messages"][1]["metrics"]["mode"] == "hybrid"
+
+
+def faulty_app(**faults: object) -> SpecDecApp:
+    from specdec_tui.config import FaultSettings, ResilienceSettings
+
+    base = settings()
+    chosen = base.model_copy(update={"faults": FaultSettings(**faults),  # type: ignore[arg-type]
+                                     "resilience": ResilienceSettings(fail_max=2, reset_timeout=60)})
+    pair = tiny_pair()
+    return SpecDecApp(chosen, load=lambda s, p: Runtime.from_pair(s, pair), history=History(":memory:"))
+
+
+async def test_a_degraded_reply_shows_a_banner_marks_its_tokens_and_is_stored_as_degraded():
+    app = faulty_app(target_nan=1.0)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await ready(pilot)
+        assert "FAULT INJECTION ON: target.nan=1" in app.sub_title
+        await send(pilot, "hello")
+        banner = app.chat.query_one("#degraded")
+        assert banner.has_class("-shown") and "DEGRADED" in _plain(banner)
+        shown = " ".join(_plain(banner).split())
+        assert "target model failed 2 passes in a row (last: the target model returned NaN logits)" in shown
+        view = replies(app)[-1]
+        assert view.degraded and view.query_one(".message--stream").display  # kept as marked text
+        assert "24 tokens unverified" in str(view.query_one(".message--meta").content)
+        stored = app.history.messages(app.chat.conversation_id)[-1]
+        assert stored.metrics["degraded_tokens"] == 24 and stored.metrics["target_failures"] == 2
+
+
+async def test_a_failing_draft_says_so_and_the_reply_is_still_the_targets():
+    app = faulty_app(draft_raise=1.0)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "hello")
+        banner = app.chat.query_one("#degraded")
+        assert banner.has_class("-shown") and "Draft model failing" in _plain(banner)
+        assert not replies(app)[-1].degraded
+
+
+async def test_without_faults_there_is_no_banner_and_no_warning():
+    app = make_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await ready(pilot)
+        await send(pilot, "hello")
+        assert not app.chat.query_one("#degraded").has_class("-shown")
+        assert "FAULT" not in app.sub_title
+
+
+async def test_a_reply_being_written_is_saved_as_it_streams(tmp_path: Path):
+    pair = tiny_pair()
+    pair.target.runner = SlowRunner(pair.target.runner, 0.05)
+    history = History(tmp_path / "h.sqlite")
+    app = make_app(history, pair=pair, max_new_tokens=200)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        app.query_one(PromptInput).load_text("hello")
+        await pilot.press("enter")
+        await until(pilot, lambda: any(m.role == "assistant" and m.content
+                                       for m in History(tmp_path / "h.sqlite").messages(1)))
+        assert app.chat.busy  # saved while still being written
+        stored = History(tmp_path / "h.sqlite").messages(1)
+        assert stored[-1].metrics == {"partial": True}
+        app.chat.action_cancel()
+        await until(pilot, lambda: not app.chat.busy)
+        final = History(tmp_path / "h.sqlite").messages(1)
+        assert [m.role for m in final] == ["user", "assistant"]  # the same row, now whole
+        assert final[-1].metrics["finish_reason"] == "cancelled" and final[-1].content == app.chat.messages[-1]["content"]

@@ -1,7 +1,8 @@
 """Chat history in SQLite: conversations and their messages, each reply with its metrics.
 
-Every write is its own transaction, so a crash loses at most the reply being generated. Errors
-(a full disk, an unreadable file) surface as ``HistoryError`` with a one-line message.
+Every write is its own transaction, so a crash loses nothing committed; a reply being written is
+stored as it streams (see ``ChatScreen``), so a crash keeps it up to its latest flush. Errors (a
+full disk, an unreadable file) surface as ``HistoryError`` with a one-line message.
 """
 
 from __future__ import annotations
@@ -100,6 +101,17 @@ class History:
                 )
                 self.conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
                 return int(cursor.lastrowid or 0)
+        except sqlite3.Error as exc:
+            raise HistoryError(_describe(exc, self.path)) from exc
+
+    def update_message(self, message_id: int, content: str, metrics: dict[str, Any] | None = None) -> None:
+        """Replace a message's text and metrics (a reply written in stages), in one transaction."""
+        try:
+            with self.conn:
+                self.conn.execute("UPDATE messages SET content = ?, metrics = ? WHERE id = ?",
+                                  (content, json.dumps(metrics) if metrics else None, message_id))
+                self.conn.execute("UPDATE conversations SET updated = ? WHERE id = "
+                                  "(SELECT conversation_id FROM messages WHERE id = ?)", (time.time(), message_id))
         except sqlite3.Error as exc:
             raise HistoryError(_describe(exc, self.path)) from exc
 

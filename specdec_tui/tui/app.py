@@ -123,7 +123,11 @@ class SpecDecApp(App[None]):
     def on_loaded(self, message: Loaded) -> None:
         source = self.source = message.source
         self.chat.models_ready(source)
-        self.sub_title = f"{source.target_name} ← {source.draft_name or 'no draft'}"
+        self.sub_title = f"{source.target_name} ← {source.draft_name or 'no draft'}{self.fault_warning()}"
+
+    def fault_warning(self) -> str:
+        faults = self.settings.faults
+        return f" · FAULT INJECTION ON: {faults.describe()}" if faults.enabled else ""
 
     def on_load_failed(self, message: LoadFailed) -> None:
         self.chat.load_failed(message.reason)

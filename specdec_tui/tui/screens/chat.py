@@ -20,13 +20,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Footer, Header, Static
 
 from specdec_tui.chat.export import export_conversation
 from specdec_tui.chat.history import History, HistoryError
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent
-from specdec_tui.engine.metrics import StepRecord, summarize
+from specdec_tui.engine.metrics import RunSummary, StepRecord, summarize
 from specdec_tui.engine.modes import TARGET
 from specdec_tui.models.progress import Progress
 from specdec_tui.runtime import Message as ChatMessage
@@ -48,7 +48,22 @@ if TYPE_CHECKING:
 
 #: The worker posts at most this often; tokens in between arrive together.
 BATCH_SECONDS = 0.05
+#: A reply being written is saved to the history at least this often, so a crash keeps most of it.
+FLUSH_SECONDS = 0.5
 TAU_STEP = 0.1
+
+
+def degraded_banner(summary: RunSummary) -> str | None:
+    """What the banner says about a reply that a failing model changed, or None."""
+    why = f" ({summary.failure})" if summary.failure else ""
+    if summary.degraded_tokens:
+        return (f"DEGRADED: the target model is unavailable{why}. {summary.degraded_tokens} tokens were written by "
+                "the draft model alone and are not verified (shown underlined).")
+    if summary.finish_reason == "failed":
+        return f"TARGET UNAVAILABLE{why}: no draft model is loaded, so the reply stopped; what it wrote is kept."
+    if summary.draft_failures:
+        return f"Draft model failing{why}: steps are the target's alone (the text is still exact, only slower)."
+    return None
 
 
 def key_bindings(*, app_level: bool = False) -> list[Binding]:
@@ -119,6 +134,10 @@ class ChatScreen(Screen[None]):
         self.queued: str | None = None
         self.queued_view: MessageView | None = None
         self.load_error: str | None = None
+        #: The history row of the reply being written, and when it was last saved.
+        self.reply_row: int | None = None
+        self.flushed_at = 0.0
+        self.history_failed = False
 
     @property
     def specdec(self) -> SpecDecApp:
@@ -142,6 +161,7 @@ class ChatScreen(Screen[None]):
             yield ConversationList(id="chats")
             with Vertical(id="main"):
                 yield LoadingPanel(id="loading")
+                yield Static(id="degraded", markup=False)
                 yield ChatLog(id="log")
                 yield PromptInput(id="prompt")
             yield StatsPanel(id="panel")
@@ -247,17 +267,43 @@ class ChatScreen(Screen[None]):
     def _store(self, role: str, content: str, metrics: dict[str, Any] | None = None) -> None:
         """Keep the message for the conversation and write it to the history (one transaction)."""
         self.messages.append({"role": role, "content": content})
+        self._save(role, content, metrics)
+        self.refresh_chats()
+
+    def _save(self, role: str, content: str, metrics: dict[str, Any] | None) -> None:
+        """Write a message to the history; the reply being written updates its own row."""
         try:
             if self.conversation_id is None:
                 self.conversation_id = self.history.create_conversation(content.splitlines()[0][:60])
-            self.history.add_message(self.conversation_id, role, content, metrics)
+            if role == "assistant" and self.reply_row is not None:
+                self.history.update_message(self.reply_row, content, metrics)
+            else:
+                row = self.history.add_message(self.conversation_id, role, content, metrics)
+                self.reply_row = row if role == "assistant" and metrics and metrics.get("partial") else None
         except HistoryError as exc:
-            self.notify(str(exc), severity="error", timeout=10)
-        self.refresh_chats()
+            if not self.history_failed:  # once per reply: the chat goes on, unsaved
+                self.notify(str(exc), severity="error", timeout=10)
+            self.history_failed = True
+        else:
+            self.history_failed = False
+
+    def _flush_partial(self, view: MessageView) -> None:
+        """Save the reply as written so far (at most every ``FLUSH_SECONDS``)."""
+        now = time.monotonic()
+        if view.content and now - self.flushed_at >= FLUSH_SECONDS:
+            self.flushed_at = now
+            self._save("assistant", view.content, {"partial": True})
+
+    def show_degraded(self, summary: RunSummary) -> None:
+        banner = self.query_one("#degraded", Static)
+        message = degraded_banner(summary)
+        banner.set_class(message is not None, "-shown")
+        banner.update(message or "")
 
     def _start_reply(self, view: MessageView, run: Run) -> None:
         self.busy = True
         self.records, self.steps = [], []
+        self.reply_row, self.flushed_at = None, time.monotonic()
         self.cancel_event = threading.Event()
         self._show_knobs()
         self._generate(view, run, self.cancel_event)
@@ -299,6 +345,9 @@ class ChatScreen(Screen[None]):
         live = summarize(self.records, mode=self.mode, prompt_tokens=0, seconds=message.elapsed, ttft_s=message.ttft,
                          finish_reason="running")
         self.query_one(StatsPanel).show_run(live, self.records)
+        if live.degraded_tokens:
+            self.show_degraded(live)
+        self._flush_partial(message.view)
 
     def on_reply_done(self, message: ReplyDone) -> None:
         finished = message.finished
@@ -306,6 +355,11 @@ class ChatScreen(Screen[None]):
         message.view.finish(finished.text, metrics)
         self.query_one(StatsPanel).show_run(finished.summary, self.records)
         self._store("assistant", finished.text, metrics)
+        self.reply_row = None
+        self.show_degraded(finished.summary)
+        if finished.summary.finish_reason == "failed":
+            self.query_one(ChatLog).add_message("error", f"The reply stopped: {finished.summary.failure}. "
+                                                "No draft model is loaded to write on; what was written is kept.")
         self.last_run = (message.run, finished)
         self.last_steps = self.steps
         self.busy = False
@@ -314,8 +368,13 @@ class ChatScreen(Screen[None]):
             self.notify("Reply cancelled; the partial reply is kept")
 
     def on_reply_failed(self, message: ReplyFailed) -> None:
-        if message.view is not None:
-            message.view.remove()
+        view = message.view
+        if view is not None and view.content:  # keep what was written, on screen and in the history
+            view.finish(view.content, {"partial": True})
+            self._store("assistant", view.content, {"partial": True})
+        elif view is not None:
+            view.remove()
+        self.reply_row = None
         self.query_one(ChatLog).add_message("error", message.reason)
         self.busy = False
         self.cancel_event = None

@@ -18,18 +18,22 @@ ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System", "err
 
 def describe_metrics(metrics: dict[str, Any]) -> str:
     """The one-line footer under a finished reply."""
+    if metrics.get("partial"):
+        return "partial reply: the chat stopped while it was being written"
     parts = [f"{metrics['tokens_per_s']:.1f} tok/s", f"{metrics['new_tokens']} tokens"]
     if metrics.get("acceptance_rate") is not None:
         parts.append(f"acceptance {metrics['acceptance_rate']:.0%}")
     mode = metrics.get("mode", "")
     parts.append(mode if mode == "target" else f"{mode} k={metrics.get('k')} tau={metrics.get('tau')}")
+    if metrics.get("degraded_tokens"):
+        parts.append(f"{metrics['degraded_tokens']} tokens unverified (draft model alone)")
     if metrics.get("finish_reason") not in (None, "eos"):
         parts.append(str(metrics["finish_reason"]))
     return " · ".join(parts)
 
 
 class MessageView(Vertical):
-    COMPONENT_CLASSES = {"message--draft", "message--target"}
+    COMPONENT_CLASSES = {"message--draft", "message--target", "message--degraded"}
 
     #: Show a reply as origin-coloured text instead of Markdown.
     show_origins: reactive[bool] = reactive(False)
@@ -56,20 +60,25 @@ class MessageView(Vertical):
         if self.role == "assistant":
             self._update_display()
 
+    @property
+    def degraded(self) -> bool:
+        """Whether some of this reply was written by the draft model alone (those tokens stay coloured)."""
+        return any(origin is Origin.DEGRADED for _, origin in self.spans)
+
     def _stream_text(self) -> Text:
-        if not self.show_origins and not self.streaming:
+        if not self.show_origins and not self.streaming and not self.degraded:
             return Text(self.content)
         text = Text()
-        draft = self.get_component_rich_style("message--draft")
-        target = self.get_component_rich_style("message--target")
+        styles = {origin: self.get_component_rich_style(f"message--{origin.value}") for origin in Origin}
         for piece, origin in self.spans:
-            text.append(piece, style=(draft if origin is Origin.DRAFT else target) if self.show_origins else "")
+            shown = self.show_origins or origin is Origin.DEGRADED
+            text.append(piece, style=styles[origin] if shown else "")
         return text
 
     def _update_display(self) -> None:
         stream = self.query_one(".message--stream", Static)
         markdown = self.query_one(".message--markdown", Markdown)
-        as_markdown = not self.streaming and not (self.show_origins and self.spans)
+        as_markdown = not self.streaming and not ((self.show_origins or self.degraded) and self.spans)
         stream.display = not as_markdown
         markdown.display = as_markdown
         if not as_markdown:

@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path

@@ -122,25 +122,56 @@ def test_a_full_disk_while_writing_is_a_clear_error(tmp_path: Path):
     assert cache.check("m") == "not cached"
 
 
-def test_a_killed_conversion_is_never_trusted(tmp_path: Path):
+#: Where a conversion is killed: while writing weights, after the manifest's temporary file is written,
+#: after the old entry is moved aside (a rebuild), and while the old entry's trash is being deleted.
+KILL_POINTS = {
+    "writing weights": "",
+    "manifest written, not renamed": "cache_module.os.replace = lambda src, dst: (str(dst).endswith(MANIFEST) and park()) "
+                                     "or real_replace(src, dst)",
+    "old entry moved aside, new not installed": "cache_module.os.replace = lambda src, dst: "
+                                                "(Path(dst).name == 'm' and park()) or real_replace(src, dst)",
+    "old entry's trash being deleted": "cache_module.shutil.rmtree = lambda path, **kw: "
+                                       "('removed' in str(path) and park()) or real_rmtree(path, **kw)",
+}
+
+
+@pytest.mark.parametrize(("point", "rebuild"), [
+    pytest.param(point, rebuild, id=f"{point}-{'rebuild' if rebuild else 'first-build'}")
+    for point in KILL_POINTS for rebuild in (False, True) if rebuild or "old entry" not in point  # a first build has none
+])
+def test_a_conversion_killed_at_any_point_is_never_trusted(tmp_path: Path, point: str, rebuild: bool):
+    if rebuild:
+        build_entry(ModelCache(tmp_path), "m", b"old contents")
     script = textwrap.dedent(f"""
-        import os, time
+        import os, shutil, time
         from pathlib import Path
-        from specdec_tui.models.cache import ModelCache
-        with ModelCache(Path({str(tmp_path)!r})).building("m", {{}}) as scratch:
-            (scratch / "model.safetensors").write_bytes(b"partial")
-            print("writing", flush=True)
+        from specdec_tui.models import cache as cache_module
+        from specdec_tui.models.cache import MANIFEST, ModelCache
+        real_replace, real_rmtree = os.replace, shutil.rmtree
+        def park():
+            print("parked", flush=True)
             time.sleep(60)
+        {KILL_POINTS[point]}
+        with ModelCache(Path({str(tmp_path)!r})).building("m", {{}}) as scratch:
+            (scratch / "model.safetensors").write_bytes(b"new contents" * 1000)
+            (scratch / "config.json").write_text("{{}}")
+            if not {KILL_POINTS[point]!r}:
+                park()
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "writing"
+    assert proc.stdout.readline().strip() == "parked"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     cache = ModelCache(tmp_path)
-    assert cache.check("m") == "not cached"
-    assert cache.entries() == []
-    build_entry(cache, "m")  # the next build sweeps the stale scratch folder away
+    state = cache.check("m", full=True)
+    if state is None:  # still the old, intact entry: never the half-built new one
+        assert rebuild and (cache.path("m") / "model.safetensors").read_bytes() == b"old contents"
+    else:
+        assert state == "not cached"
+    assert cache.entries() in ([], ["m"])
+    build_entry(cache, "m")  # the next build sweeps what the killed one left
     assert [p.name for p in cache.models.iterdir() if not p.name.startswith(".")] == ["m"]
+    assert cache.check("m", full=True) is None
 
 
 def test_truncated_and_altered_files_are_detected(tmp_path: Path):

@@ -215,3 +215,18 @@ def test_a_guarded_pass_reports_any_error_as_a_model_failure():
 
     with pytest.raises(ModelFailure, match="the target model failed: RuntimeError: CUDA error: out of memory"):
         GuardedRunner(Broken(), Breaker("target", 3, 1.0), None).forward([1], 1)
+
+
+def test_a_bench_run_over_a_failing_draft_counts_its_failed_passes_and_stays_identical():
+    from specdec_tui.bench.harness import BenchPlan, run_suite
+    from specdec_tui.bench.suite import BenchPrompt
+
+    settings = load_settings()[0].model_copy(update={"faults": FaultSettings(draft_raise=0.5, seed=2),
+                                                     "resilience": ResilienceSettings(fail_max=100)})
+    runtime = Runtime.from_pair(settings, tiny_pair())
+    prompts = [BenchPrompt("add", "code", ({"role": "user", "content": "def add(a, b):"},))]
+    rows = run_suite(runtime, prompts, BenchPlan(modes=["target", "speculative"], ks=[3], taus=[1.0],
+                                                 max_new_tokens=16))
+    speculative = next(row for row in rows if row.mode == "speculative")
+    assert speculative.failed_passes > 0 and speculative.degraded_tokens == 0
+    assert speculative.identical_to_target

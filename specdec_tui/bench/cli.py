@@ -130,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(rows, out)
     lines = summarize_rows(rows)
     print(format_summary(lines))
+    failed = [row for row in rows if row.failed_passes or row.degraded_tokens]
+    if failed or settings.faults.enabled:
+        print(f"\nWARNING: models failed during {len(failed)} of {len(rows)} runs "
+              f"({sum(r.failed_passes for r in rows)} failed passes, {sum(r.degraded_tokens for r in rows)} "
+              f"tokens written by the draft alone); those speeds are not the pair's"
+              + (f". Fault injection is on: {settings.faults.describe()}" if settings.faults.enabled else ""))
     print(f"\npeak resident memory: {peak_memory_mb():.0f} MB")
     print(f"rows: {out}")
     if args.plot:

@@ -31,6 +31,9 @@ class BenchRow:
     mean_accepted: float | None
     identical_to_target: bool
     speedup_vs_target: float
+    #: Nonzero only when a model failed (see ``[resilience]``): such a run's speed is not the pair's.
+    degraded_tokens: int = 0
+    failed_passes: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ def run_suite(
                         identical_to_target=result.token_ids == reference.token_ids,
                         speedup_vs_target=round(result.tokens_per_s / reference.tokens_per_s, 3)
                         if reference.tokens_per_s else 0.0,
+                        degraded_tokens=result.degraded_tokens,
+                        failed_passes=result.failed_passes,
                     )
                     rows.append(row)
                     on_row(row)

@@ -31,6 +31,9 @@ class RunResult:
     seconds: float
     acceptance_rate: float | None
     mean_accepted: float | None
+    #: Tokens the draft model wrote alone while the target's circuit was open, and failed passes.
+    degraded_tokens: int = 0
+    failed_passes: int = 0
 
     @property
     def tokens_per_s(self) -> float:
@@ -46,6 +49,8 @@ def run_engine(runtime: Runtime, mode: str, prompt_ids: Sequence[int], params: D
         summary.seconds,
         summary.acceptance_rate,
         summary.mean_accepted if mode != "target" else None,
+        summary.degraded_tokens,
+        summary.target_failures + summary.draft_failures,
     )
 
 

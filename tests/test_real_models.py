@@ -100,3 +100,19 @@ def test_the_default_pair_served_over_http_gives_one_greedy_reply_in_target_and_
           f"hybrid {report['tokens_per_s']:.2f} tok/s, acceptance {report['acceptance_rate']}")
     assert hybrid == target and "def " in target
     assert report["mode"] == "hybrid" and report["accepted_tokens"] > 0
+
+
+def test_injected_faults_on_the_real_pair_leave_the_greedy_reply_identical(pair: ModelPair, engine: Engine):
+    from specdec_tui.config import FaultSettings, ResilienceSettings
+
+    settings = load_settings()[0].model_copy(update={
+        "faults": FaultSettings(target_raise=0.25, target_nan=0.1, draft_raise=0.2, seed=3),
+        "resilience": ResilienceSettings(fail_max=50, step_timeout=None)})
+    faulty, breakers = build_engine(pair, settings)
+    question = "Write a Python function that returns the square of a number."
+    injured = reply(faulty, pair, question, "hybrid", max_new_tokens=32)
+    clean = reply(engine, pair, question, "target", max_new_tokens=32)
+    print(f"\nreal pair under faults: {injured.summary.target_failures} target and {injured.summary.draft_failures} "
+          f"draft passes failed, {breakers.target.log.trips} trips; identical: {injured.token_ids == clean.token_ids}")
+    assert injured.token_ids == clean.token_ids
+    assert injured.summary.target_failures > 0 and injured.summary.degraded_tokens == 0

@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "interleaved, to measure what tracing costs")
     parser.add_argument("--mlflow", nargs="?", const="default", default=None, metavar="URI",
                         help="log this run to MLflow (default URI: a SQLite file in the data folder)")
-    add_settings_flags(parser, only=("models", "telemetry"))
+    add_settings_flags(parser, only=("models", "telemetry", "resilience"))
     args = parser.parse_args(argv)
     for mode in args.modes:
         try:

@@ -21,7 +21,7 @@ def is_loopback(host: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec-serve", description=__doc__)
-    add_settings_flags(parser, only=("models", "decoding", "server", "telemetry", "tracking"))
+    add_settings_flags(parser, only=("models", "decoding", "server", "telemetry", "tracking", "resilience"))
     args = parser.parse_args(argv)
     settings = settings_or_exit(args, parser.prog)
     server = settings.server

@@ -175,3 +175,16 @@ def test_the_server_nests_the_reply_span_under_the_request_span():
     assert chat.parent is not None and chat.parent.span_id == request.context.span_id
     assert chat.context.trace_id == request.context.trace_id
     assert request.kind is SpanKind.SERVER
+
+
+def test_a_reply_a_failing_model_changed_says_so_on_its_span():
+    from specdec_tui.engine.metrics import summarize
+    from specdec_tui.observability.telemetry import response_attributes
+
+    clean = summarize([], mode="model", prompt_tokens=3, seconds=1.0, ttft_s=0.1, finish_reason="eos")
+    assert "specdec.failure" not in response_attributes(clean)
+    hurt = summarize([], mode="model", prompt_tokens=3, seconds=1.0, ttft_s=0.1, finish_reason="eos",
+                     target_failures=3, failure="the target model failed 3 passes in a row")
+    attributes = response_attributes(hurt)
+    assert attributes["specdec.target_failures"] == 3
+    assert attributes["specdec.failure"] == "the target model failed 3 passes in a row"

@@ -176,6 +176,10 @@ def response_attributes(summary: RunSummary) -> dict[str, Any]:
     }
     if summary.acceptance_rate is not None:
         attributes["specdec.acceptance_rate"] = summary.acceptance_rate
+    if summary.failure:  # a model failed: say how much of the reply it changed, and why
+        attributes.update({"specdec.degraded_tokens": summary.degraded_tokens,
+                           "specdec.target_failures": summary.target_failures,
+                           "specdec.draft_failures": summary.draft_failures, "specdec.failure": summary.failure})
     return attributes
 
 

@@ -214,6 +214,7 @@ class ReplyTracker:
             "ttft_s": summary.ttft_s, "seconds": summary.seconds, "prompt_tokens": summary.prompt_tokens,
             "new_tokens": summary.new_tokens, "steps": summary.steps, "drafted": summary.drafted,
             "accepted": summary.accepted, "mean_acceptance_length": 1 + summary.mean_accepted,
+            "degraded_tokens": summary.degraded_tokens, "failed_passes": summary.target_failures + summary.draft_failures,
         }), tags=[RunTag("specdec.finish_reason", summary.finish_reason)])
         prompt = json.dumps(list(reply.messages), ensure_ascii=False, indent=1) if reply.messages is not None \
             else json.dumps({"prompt_ids": list(reply.prompt_ids)})

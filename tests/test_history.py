@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_tui.chat.history import History, HistoryError
+from specdec_tui.chat.history import SCHEMA_VERSION, History, HistoryError
 
 
 def test_messages_and_metrics_round_trip_through_the_file(tmp_path: Path):
@@ -80,3 +80,61 @@ def test_a_full_disk_message_says_the_chat_is_not_being_saved(tmp_path: Path, mo
     monkeypatch.setattr(history, "conn", FullDisk(history.conn))
     with pytest.raises(HistoryError, match="is full; the chat continues but is not being saved"):
         history.add_message(chat, "user", "hello")
+
+
+#: The schema as the release before per-chat settings and search wrote it (user_version 0).
+RELEASE_0_SCHEMA = """
+CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL);
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content TEXT NOT NULL, metrics TEXT, created REAL NOT NULL);
+CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
+INSERT INTO conversations VALUES (1, 'sorting', 1.0, 2.0);
+INSERT INTO messages VALUES (1, 1, 'user', 'How do I sort a dict by value?', NULL, 1.0);
+INSERT INTO messages VALUES (2, 1, 'assistant', 'Use sorted(d.items(), key=lambda kv: kv[1]).', '{"mode": "hybrid"}', 2.0);
+"""
+
+
+def test_a_file_from_the_previous_release_is_upgraded_in_place_and_keeps_everything(tmp_path: Path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as old:
+        old.executescript(RELEASE_0_SCHEMA)
+    history = History(path)
+    assert history.schema_version == SCHEMA_VERSION
+    assert [(m.role, m.content, m.metrics) for m in history.messages(1)] == [
+        ("user", "How do I sort a dict by value?", None),
+        ("assistant", "Use sorted(d.items(), key=lambda kv: kv[1]).", {"mode": "hybrid"})]
+    assert [hit.message_id for hit in history.search("sorted")] == [2]  # old messages are searchable
+    assert history.chat_settings(1) is None
+    history.set_chat_settings(1, {"k": 6})
+    history.close()
+    reopened = History(path)  # opening an upgraded file changes nothing
+    assert reopened.schema_version == SCHEMA_VERSION and reopened.chat_settings(1) == {"k": 6}
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_file_from_a_newer_release_is_refused_with_a_clear_error(tmp_path: Path):
+    path = tmp_path / "new.sqlite"
+    with sqlite3.connect(path) as newer:
+        newer.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(HistoryError, match="written by a newer specdec-tui"):
+        History(path)
+
+
+def test_search_finds_words_across_chats_and_follows_edits_and_deletes(tmp_path: Path):
+    history = History(tmp_path / "h.sqlite")
+    first, second = history.create_conversation("one"), history.create_conversation("two")
+    history.add_message(first, "user", "binary search in Python")
+    reply = history.add_message(first, "assistant", "Use the bisect module.")
+    history.add_message(second, "user", "What is a binary heap?")
+    assert {hit.conversation_id for hit in history.search("binary")} == {first, second}
+    assert [hit.snippet for hit in history.search("bis")] == ["Use the [bisect] module."]  # word starts match
+    assert history.search('bisect" OR "heap') == []  # the text is words, never FTS syntax
+    history.update_message(reply, "Use heapq instead.")
+    assert history.search("bisect") == [] and [h.message_id for h in history.search("heapq")] == [reply]
+    history.delete(second)
+    assert [hit.conversation_id for hit in history.search("binary")] == [first]
+    assert history.search("   ") == []

@@ -32,6 +32,28 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
 
+#: What each schema version adds to the one before; ``PRAGMA user_version`` says which a file has.
+#: A file made by an older release is upgraded in place, in one transaction, when it is opened.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: per-chat settings, and full-text search over every message (kept in step by triggers).
+    """
+    ALTER TABLE conversations ADD COLUMN settings TEXT;
+    CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id');
+    INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+    END;
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    END;
+    CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+    END;
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
 
 class HistoryError(Exception):
     """The history database could not be read or written."""
@@ -53,6 +75,22 @@ class ConversationInfo:
     messages: int
 
 
+@dataclass(frozen=True)
+class SearchHit:
+    conversation_id: int
+    title: str
+    message_id: int
+    role: str
+    #: The matching part of the message, the matched words in [brackets].
+    snippet: str
+
+
+def fts_query(text: str) -> str:
+    """Words as an FTS5 query: each must appear (as a word or a word's start); no FTS syntax leaks in."""
+    words = [w.replace('"', '""') for w in text.split()]
+    return " ".join(f'"{w}"*' for w in words)
+
+
 def _describe(exc: sqlite3.Error, path: Path) -> str:
     text = str(exc)
     if "full" in text:
@@ -70,9 +108,27 @@ class History:
             self.conn.execute("PRAGMA foreign_keys = ON")
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.executescript(SCHEMA)
+            self._migrate()
         except (sqlite3.Error, OSError) as exc:
             reason = _describe(exc, self.path) if isinstance(exc, sqlite3.Error) else str(exc)
             raise HistoryError(f"cannot open chat history {path}: {reason}") from exc
+
+    def _migrate(self) -> None:
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"it was written by a newer specdec-tui (schema {version}, this one "
+                                        f"knows {SCHEMA_VERSION}); upgrade, or set chat.history_path elsewhere")
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            # executescript commits first, so BEGIN ... COMMIT makes each step all or nothing.
+            try:
+                self.conn.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
+            except sqlite3.Error:
+                self.conn.rollback()
+                raise
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
 
     def close(self) -> None:
         self.conn.close()
@@ -114,6 +170,25 @@ class History:
                                   "(SELECT conversation_id FROM messages WHERE id = ?)", (time.time(), message_id))
         except sqlite3.Error as exc:
             raise HistoryError(_describe(exc, self.path)) from exc
+
+    def set_chat_settings(self, conversation_id: int, settings: dict[str, Any]) -> None:
+        self._write("UPDATE conversations SET settings = ? WHERE id = ?", (json.dumps(settings), conversation_id))
+
+    def chat_settings(self, conversation_id: int) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT settings FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else None
+
+    def search(self, text: str, limit: int = 50) -> list[SearchHit]:
+        """Messages of every chat that contain all of ``text``'s words, best matches first."""
+        query = fts_query(text)
+        if not query:
+            return []
+        rows = self.conn.execute(
+            "SELECT m.conversation_id, c.title, m.id, m.role, snippet(messages_fts, 0, '[', ']', '…', 10) "
+            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+            "JOIN conversations c ON c.id = m.conversation_id "
+            "WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?", (query, limit)).fetchall()
+        return [SearchHit(*row) for row in rows]
 
     def rename(self, conversation_id: int, title: str) -> None:
         self._write("UPDATE conversations SET title = ? WHERE id = ?", (title[:80], conversation_id))

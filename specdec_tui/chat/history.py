@@ -190,6 +190,9 @@ class History:
             "WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?", (query, limit)).fetchall()
         return [SearchHit(*row) for row in rows]
 
+    def delete_message(self, message_id: int) -> None:
+        self._write("DELETE FROM messages WHERE id = ?", (message_id,))
+
     def rename(self, conversation_id: int, title: str) -> None:
         self._write("UPDATE conversations SET title = ? WHERE id = ?", (title[:80], conversation_id))
 

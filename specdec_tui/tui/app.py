@@ -18,8 +18,9 @@ from specdec_tui.config import Settings
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.progress import Progress, ProgressFn
 from specdec_tui.runtime import ReplySource
+from specdec_tui.tui.bindings import key_bindings
 from specdec_tui.tui.keys import KEYS
-from specdec_tui.tui.screens.chat import ChatScreen, key_bindings
+from specdec_tui.tui.screens.chat import ChatScreen
 from specdec_tui.tui.themes import DEFAULT_THEME, load_themes
 
 SourceLoader = Callable[[Settings, ProgressFn], ReplySource]

@@ -21,6 +21,8 @@ class Key:
     description: str
     #: Footer group (keys shown together, e.g. K− and K+), if any.
     group: str | None = None
+    #: Where the key works: the whole chat (None), or only while the chats list has the focus.
+    scope: str | None = None
 
 
 KEYS: tuple[Key, ...] = (
@@ -37,9 +39,19 @@ KEYS: tuple[Key, ...] = (
     Key("panel", "f9", "toggle_panel", "Panel", "hide or show the side panel"),
     Key("cancel", "escape", "cancel", "Cancel", "stop the reply; what was written is kept"),
     Key("new_chat", "ctrl+n", "new_chat", "New", "start an empty conversation"),
+    Key("regenerate", "ctrl+g", "regenerate", "Again",
+        "write the last reply again: a new sample, or the same text when greedy"),
+    Key("edit", "ctrl+b", "edit_last", "Edit", "edit your last message and send it again in place of the last exchange"),
+    Key("chat_settings", "ctrl+o", "chat_settings", "Settings",
+        "this chat's settings: system prompt, mode, K, tau, temperature, top-p, length (kept with the chat)"),
     Key("copy", "ctrl+y", "copy_reply", "Copy", "copy the last reply to the clipboard"),
+    Key("copy_pick", "ctrl+t", "copy_pick", "Copy…", "copy any message or code block of this chat"),
     Key("export", "ctrl+s", "export", "Export", "export this chat, with each reply's metrics, to Markdown and JSON"),
     Key("chats", "ctrl+l", "toggle_chats", "Chats", "show or hide past conversations"),
+    Key("search", "ctrl+f", "search", "Search", "search the messages of every chat; open the one you choose"),
+    Key("rename", "r", "rename_chat", "Rename", "rename the chosen chat (in the chats list)", scope="chats"),
+    Key("delete", "delete,d", "delete_chat", "Delete", "delete the chosen chat, after asking (in the chats list)",
+        scope="chats"),
     Key("quit", "ctrl+q", "app.quit", "Quit", "quit"),
 )
 KEY_IDS: tuple[str, ...] = tuple(key.id for key in KEYS)

@@ -24,17 +24,23 @@ from textual.widgets import Footer, Header, Static
 
 from specdec_tui.chat.export import export_conversation
 from specdec_tui.chat.history import History, HistoryError
+from specdec_tui.chat.options import ChatOptions
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent
 from specdec_tui.engine.metrics import RunSummary, StepRecord, summarize
-from specdec_tui.engine.modes import TARGET
+from specdec_tui.engine.modes import DRAFTER_MODES, TARGET
 from specdec_tui.models.progress import Progress
 from specdec_tui.runtime import Message as ChatMessage
 from specdec_tui.runtime import ReplySource, decode_params, reply_summary
+from specdec_tui.tui.bindings import key_bindings
 from specdec_tui.tui.clipboard import copy_with_system_tool, save_copy
 from specdec_tui.tui.keys import KEYS, WELCOME_KEYS, effective_keys
+from specdec_tui.tui.screens.chat_settings import ChatSettingsScreen
+from specdec_tui.tui.screens.copy_pick import CopyScreen
+from specdec_tui.tui.screens.dialogs import AskText, Confirm
 from specdec_tui.tui.screens.help import HelpScreen
 from specdec_tui.tui.screens.report import ReportScreen
+from specdec_tui.tui.screens.search import SearchScreen
 from specdec_tui.tui.widgets.chat_log import WELCOME, ChatLog
 from specdec_tui.tui.widgets.compare_view import CompareRun, CompareView
 from specdec_tui.tui.widgets.conversation_list import ConversationList
@@ -64,14 +70,6 @@ def degraded_banner(summary: RunSummary) -> str | None:
     if summary.draft_failures:
         return f"Draft model failing{why}: steps are the target's alone (the text is still exact, only slower)."
     return None
-
-
-def key_bindings(*, app_level: bool = False) -> list[Binding]:
-    """Bindings made from the one table of keys: the app's own (quit), or the conversation's."""
-    groups = {k.group: Binding.Group(k.group, compact=True) for k in KEYS if k.group}
-    return [Binding(k.key, k.action.removeprefix("app."), k.label, priority=True, tooltip=k.description, id=k.id,
-                    group=groups.get(k.group) if k.group else None)
-            for k in KEYS if k.action.startswith("app.") == app_level]
 
 
 # ------------------------------------------------------------------ messages from the reply worker
@@ -118,11 +116,17 @@ class ChatScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.k = self.tau = 0.0
-        self.speculative = True
+        #: This chat's decoding settings (the settings' defaults until the chat changes them).
+        self.options = ChatOptions("", TARGET, 1, 1.0, 0.0, 1.0, 1)
+        #: The drafting mode the mode key switches back to from target-only.
+        self.drafter = ""
         self.show_origins = False
         self.conversation_id: int | None = None
         self.messages: list[dict[str, str]] = []
+        #: The history row of each of ``messages`` (None where it could not be saved).
+        self.rows: list[int | None] = []
+        #: While the last user message is being edited: its index in ``messages``.
+        self.editing: int | None = None
         self.cancel_event: threading.Event | None = None
         self.busy = False
         self.last_run: tuple[Run, FinishedEvent] | None = None
@@ -167,9 +171,40 @@ class ChatScreen(Screen[None]):
             yield StatsPanel(id="panel")
         yield Footer(compact=True)
 
+    @property
+    def k(self) -> int:
+        return self.options.k
+
+    @property
+    def tau(self) -> float:
+        return self.options.tau
+
+    @property
+    def speculative(self) -> bool:
+        return self.options.mode != TARGET
+
+    def set_options(self, options: ChatOptions, save: bool = True) -> None:
+        """Use ``options`` for the next replies, and keep them with the chat."""
+        self.options = options
+        if options.mode != TARGET:
+            self.drafter = options.mode
+        self._show_knobs()
+        if save and self.conversation_id is not None:
+            try:
+                self.history.set_chat_settings(self.conversation_id, options.as_dict())
+            except HistoryError as exc:
+                self.notify(str(exc), severity="error", timeout=10)
+
+    def default_options(self) -> ChatOptions:
+        options = ChatOptions.defaults(self.settings)
+        source = self.source
+        if source is not None and source.draft_name is None and options.mode not in (TARGET, "prompt-lookup"):
+            options = replace(options, mode=TARGET)
+        return options
+
     def on_mount(self) -> None:
-        decoding = self.settings.decoding
-        self.k, self.tau = decoding.k, decoding.tau
+        self.drafter = self.settings.decoding.drafter
+        self.options = ChatOptions.defaults(self.settings)
         self.query_one(ChatLog).welcome = self.welcome_text()
         self.refresh_chats()
         self._show_knobs()
@@ -195,7 +230,7 @@ class ChatScreen(Screen[None]):
             mode=self.mode if self.speculative else "target-only",
             k=self.k,
             tau=self.tau,
-            temperature=self.settings.decoding.temperature,
+            temperature=self.options.temperature,
             target=source.target_name if source else self.settings.models.target,
             draft=(source.draft_name or "none") if source else self.settings.models.draft,
         )
@@ -206,10 +241,12 @@ class ChatScreen(Screen[None]):
     @property
     def mode(self) -> str:
         """The engine mode the next reply uses."""
-        return self.settings.decoding.drafter if self.speculative else TARGET
+        return self.options.mode
 
     def params(self) -> DecodeParams:
-        return decode_params(self.settings.decoding, k=self.k, tau=self.tau)
+        o = self.options
+        return decode_params(self.settings.decoding, k=o.k, tau=o.tau, temperature=o.temperature, top_p=o.top_p,
+                             max_new_tokens=o.max_new_tokens)
 
     # ------------------------------------------------------------------ loading (the app posts, the screen shows)
 
@@ -217,8 +254,8 @@ class ChatScreen(Screen[None]):
         self.query_one(LoadingPanel).show(progress)
 
     def models_ready(self, source: ReplySource) -> None:
-        if source.draft_name is None:
-            self.speculative = False
+        if source.draft_name is None and self.mode not in (TARGET, "prompt-lookup"):
+            self.set_options(replace(self.options, mode=TARGET), save=False)
         self.query_one(LoadingPanel).display = False
         self._show_knobs()
         if self.queued is not None:
@@ -252,6 +289,9 @@ class ChatScreen(Screen[None]):
             self.notify(f"Not sent: {why}", severity="warning")
             prompt.load_text(event.text)
             return
+        if self.editing is not None:
+            self._drop_from(self.editing)
+            self.editing = None
         self.query_one(ChatLog).add_message("user", event.text)
         self._reply_to(event.text)
 
@@ -259,7 +299,7 @@ class ChatScreen(Screen[None]):
         """Store the user's message (already on screen) and start the reply to it."""
         log = self.query_one(ChatLog)
         self._store("user", text)
-        chat = [{"role": "system", "content": self.settings.chat.system_prompt}, *self.messages]
+        chat = [{"role": "system", "content": self.options.system_prompt}, *self.messages]
         run = Run(tuple(chat), self.params(), self.mode)
         view = log.add_message("assistant", streaming=True)
         self._start_reply(view, run)
@@ -267,16 +307,19 @@ class ChatScreen(Screen[None]):
     def _store(self, role: str, content: str, metrics: dict[str, Any] | None = None) -> None:
         """Keep the message for the conversation and write it to the history (one transaction)."""
         self.messages.append({"role": role, "content": content})
-        self._save(role, content, metrics)
+        self.rows.append(self._save(role, content, metrics))
         self.refresh_chats()
 
-    def _save(self, role: str, content: str, metrics: dict[str, Any] | None) -> None:
-        """Write a message to the history; the reply being written updates its own row."""
+    def _save(self, role: str, content: str, metrics: dict[str, Any] | None) -> int | None:
+        """Write a message to the history and return its row; the reply being written updates its own."""
+        row = None
         try:
             if self.conversation_id is None:
                 self.conversation_id = self.history.create_conversation(content.splitlines()[0][:60])
+                self.history.set_chat_settings(self.conversation_id, self.options.as_dict())
             if role == "assistant" and self.reply_row is not None:
-                self.history.update_message(self.reply_row, content, metrics)
+                row = self.reply_row
+                self.history.update_message(row, content, metrics)
             else:
                 row = self.history.add_message(self.conversation_id, role, content, metrics)
                 self.reply_row = row if role == "assistant" and metrics and metrics.get("partial") else None
@@ -286,6 +329,25 @@ class ChatScreen(Screen[None]):
             self.history_failed = True
         else:
             self.history_failed = False
+        return row
+
+    def _drop_from(self, index: int) -> None:
+        """Forget ``messages[index:]``: from the screen (with what follows them), the chat and the history."""
+        log = self.query_one(ChatLog)
+        views = [v for v in log.query(MessageView) if v.role in ("user", "assistant")]
+        if index < len(views):
+            children = list(log.children)
+            for widget in children[children.index(views[index]):]:
+                widget.remove()
+        for row in self.rows[index:]:
+            if row is not None:
+                try:
+                    self.history.delete_message(row)
+                except HistoryError as exc:
+                    self.notify(str(exc), severity="error", timeout=10)
+        del self.messages[index:], self.rows[index:]
+        self.last_run = None
+        self.refresh_chats()
 
     def _flush_partial(self, view: MessageView) -> None:
         """Save the reply as written so far (at most every ``FLUSH_SECONDS``)."""
@@ -299,6 +361,15 @@ class ChatScreen(Screen[None]):
         message = degraded_banner(summary)
         banner.set_class(message is not None, "-shown")
         banner.update(message or "")
+
+    def _reply_again(self) -> None:
+        """A new reply to the conversation as it stands (it ends with the user's message)."""
+        chat = [{"role": "system", "content": self.options.system_prompt}, *self.messages]
+        params = self.params()
+        if params.temperature > 0:
+            params = replace(params, seed=None)  # a fresh seed: a new sample, not the same one again
+        view = self.query_one(ChatLog).add_message("assistant", streaming=True)
+        self._start_reply(view, Run(tuple(chat), params, self.mode))
 
     def _start_reply(self, view: MessageView, run: Run) -> None:
         self.busy = True
@@ -386,19 +457,16 @@ class ChatScreen(Screen[None]):
             self.cancel_event.set()
 
     def action_k(self, delta: int) -> None:
-        self.k = max(1, min(32, self.k + delta))
-        self._show_knobs()
+        self.set_options(replace(self.options, k=max(1, min(32, self.k + delta))))
 
     def action_tau(self, delta: int) -> None:
-        self.tau = round(max(TAU_STEP, min(1.0, self.tau + delta * TAU_STEP)), 2)
-        self._show_knobs()
+        self.set_options(replace(self.options, tau=round(max(TAU_STEP, min(1.0, self.tau + delta * TAU_STEP)), 2)))
 
     def action_toggle_mode(self) -> None:
         if self.source is not None and self.source.draft_name is None:
             self.notify("No draft model is loaded: target-only it is", severity="warning")
             return
-        self.speculative = not self.speculative
-        self._show_knobs()
+        self.set_options(replace(self.options, mode=TARGET if self.speculative else self.drafter))
 
     def action_toggle_origins(self) -> None:
         self.show_origins = not self.show_origins
@@ -422,8 +490,9 @@ class ChatScreen(Screen[None]):
             self.notify("Cancel the reply (Esc) before starting a new chat", severity="warning")
             return
         self.conversation_id = None
-        self.messages = []
+        self.messages, self.rows, self.editing = [], [], None
         self.last_run = None
+        self.set_options(self.default_options(), save=False)
         self.query_one(ChatLog).clear()
         self.refresh_chats()
         self.query_one(PromptInput).focus()
@@ -433,13 +502,135 @@ class ChatScreen(Screen[None]):
         if not replies:
             self.notify("No reply to copy yet", severity="warning")
             return
-        text = replies[-1]["content"]
+        self.copy(replies[-1]["content"], "the last reply")
+
+    def copy(self, text: str, what: str) -> None:
         self.app.copy_to_clipboard(text)  # OSC 52: most terminals put it on the clipboard
         tool = copy_with_system_tool(text)
         if tool:
-            self.notify(f"Copied the last reply ({len(text)} characters, via {tool})")
+            self.notify(f"Copied {what} ({len(text)} characters, via {tool})")
         else:
-            self.notify(f"Copied the last reply through the terminal (OSC 52); also saved to {save_copy(text)}")
+            self.notify(f"Copied {what} through the terminal (OSC 52); also saved to {save_copy(text)}")
+
+    def action_copy_pick(self) -> None:
+        if not self.messages:
+            self.notify("Nothing to copy yet", severity="warning")
+            return
+
+        def chosen(text: str | None) -> None:
+            if text is not None:
+                self.copy(text, f"{len(text.splitlines()) or 1} lines")
+
+        self.app.push_screen(CopyScreen(self.messages), chosen)
+
+    def action_regenerate(self) -> None:
+        if self.busy or self.source is None:
+            self.notify("Wait for the models and the reply in progress (Esc cancels it)", severity="warning")
+            return
+        if not self.messages or self.messages[-1]["role"] != "assistant":
+            self.notify("No reply to write again yet", severity="warning")
+            return
+        self._drop_from(len(self.messages) - 1)
+        if self.options.temperature == 0:
+            self.notify("Greedy decoding writes the same text again; raise the temperature (chat settings) "
+                        "for a different reply")
+        else:
+            self.notify("Writing a new sample of the last reply")
+        self._reply_again()
+
+    def action_edit_last(self) -> None:
+        prompt = self.query_one(PromptInput)
+        if self.editing is not None:
+            self.editing = None
+            self.notify("Stopped editing: Enter now sends a new message")
+            return
+        if self.busy:
+            self.notify("Wait for the reply to finish (Esc cancels it) before editing", severity="warning")
+            return
+        users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
+        if not users:
+            self.notify("No message of yours to edit yet", severity="warning")
+            return
+        self.editing = users[-1]
+        prompt.load_text(self.messages[users[-1]]["content"])
+        prompt.focus()
+        self.notify(f"Editing your last message: Enter sends it in place of the last exchange; "
+                    f"{self.key_display('edit')} again stops editing")
+
+    def action_chat_settings(self) -> None:
+        if self.busy:
+            self.notify("Wait for the reply to finish (Esc cancels it)", severity="warning")
+            return
+        modes = self.source_modes()
+
+        def chosen(options: ChatOptions | None) -> None:
+            if options is not None:
+                self.set_options(options)
+                self.notify("Saved: the next replies of this chat use these settings")
+
+        self.app.push_screen(ChatSettingsScreen(self.options, modes, self.settings.decoding), chosen)
+
+    def source_modes(self) -> list[str]:
+        """The modes the loaded models can run (all of them while loading)."""
+        no_draft = self.source is not None and self.source.draft_name is None
+        return [TARGET, "prompt-lookup"] if no_draft else [TARGET, *DRAFTER_MODES]
+
+    def chosen_chat(self) -> int | None:
+        """The chat the chats list has highlighted, when it is shown; else the open one."""
+        chats = self.query_one(ConversationList)
+        shown = chats.display and (chats.has_class("-shown") or self.app.has_class("-wide") or chats.has_focus)
+        return (chats.chosen if shown else None) or self.conversation_id
+
+    def action_rename_chat(self) -> None:
+        chat = self.chosen_chat()
+        if chat is None:
+            self.notify("No chat to rename yet", severity="warning")
+            return
+        title = next((c.title for c in self.history.conversations() if c.id == chat), "")
+
+        def renamed(new: str | None) -> None:
+            if new is None:
+                return
+            try:
+                self.history.rename(chat, new)
+            except HistoryError as exc:
+                self.notify(str(exc), severity="error", timeout=10)
+            self.refresh_chats()
+
+        self.app.push_screen(AskText("New title for this chat", title), renamed)
+
+    def action_delete_chat(self) -> None:
+        chat = self.chosen_chat()
+        info = next((c for c in self.history.conversations() if c.id == chat), None)
+        if info is None:
+            self.notify("No chat to delete", severity="warning")
+            return
+        if self.busy and chat == self.conversation_id:
+            self.notify("Cancel the reply (Esc) before deleting this chat", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                self.history.delete(info.id)
+            except HistoryError as exc:
+                self.notify(str(exc), severity="error", timeout=10)
+                return
+            if info.id == self.conversation_id:
+                self.action_new_chat()
+            self.refresh_chats()
+            self.notify(f"Deleted {info.title!r}")
+
+        self.app.push_screen(Confirm(f"Delete the chat {info.title!r} and its {info.messages} messages? "
+                                     "This cannot be undone.", yes="Delete"), answered)
+
+    def action_search(self) -> None:
+        def chosen(conversation_id: int | None) -> None:
+            if conversation_id is not None:
+                self.open_chat(conversation_id)
+
+        self.app.push_screen(SearchScreen(self.history), chosen)
 
     def action_compare(self) -> None:
         if self.last_run is None or self.source is None:
@@ -452,7 +643,7 @@ class ChatScreen(Screen[None]):
             self.notify("Compare needs a draft model", severity="warning")
             return
         run, finished = self.last_run
-        other = replace(run, mode=TARGET if run.mode != TARGET else self.settings.decoding.drafter)
+        other = replace(run, mode=TARGET if run.mode != TARGET else self.drafter)
         self.busy = True
         self.notify(f"Comparing: running the last prompt again as {self._label(other.mode)}…")
         pieces = tuple(t.text for step in self.last_steps for t in step.tokens)
@@ -514,17 +705,25 @@ class ChatScreen(Screen[None]):
 
     @on(ConversationList.Opened)
     def open_conversation(self, event: ConversationList.Opened) -> None:
+        self.open_chat(event.conversation_id)
+
+    def open_chat(self, conversation_id: int) -> None:
         if self.busy:
             self.notify("Cancel the reply (Esc) before switching chats", severity="warning")
             return
-        self.conversation_id = event.conversation_id
-        self.messages = []
+        self.conversation_id = conversation_id
+        self.messages, self.rows, self.editing = [], [], None
         self.last_run = None
+        stored_options = self.history.chat_settings(conversation_id)
+        self.set_options(ChatOptions.restored(stored_options, self.default_options(), self.settings.decoding),
+                         save=False)
         log = self.query_one(ChatLog)
         log.clear()
-        for stored in self.history.messages(event.conversation_id):
+        for stored in self.history.messages(conversation_id):
             self.messages.append({"role": stored.role, "content": stored.content})
+            self.rows.append(stored.id)
             log.add_message(stored.role, stored.content, stored.metrics)
+        self.refresh_chats()
         self.query_one(PromptInput).focus()
 
     def on_unmount(self) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from specdec_tui.chat.history import ConversationInfo
+from specdec_tui.tui.bindings import key_bindings
 
 
 def _age(updated: float) -> str:
@@ -22,6 +24,8 @@ def _age(updated: float) -> str:
 
 
 class ConversationList(OptionList):
+    BINDINGS = key_bindings(scope="chats")  # rename, delete
+
     @dataclass
     class Opened(Message):
         conversation_id: int
@@ -29,10 +33,18 @@ class ConversationList(OptionList):
     def show(self, conversations: list[ConversationInfo], current: int | None) -> None:
         self.clear_options()
         for info in conversations:
-            self.add_option(Option(f"{info.title}\n[dim]{info.messages} msgs · {_age(info.updated)} ago[/]",
-                                   id=str(info.id)))
+            age = (f"{info.messages} msgs · {_age(info.updated)} ago", "dim")
+            self.add_option(Option(Text.assemble(info.title, "\n", age), id=str(info.id)))
         if current is not None and any(info.id == current for info in conversations):
             self.highlighted = next(i for i, info in enumerate(conversations) if info.id == current)
+
+    @property
+    def chosen(self) -> int | None:
+        """The highlighted chat's id, if any."""
+        if self.highlighted is None:
+            return None
+        option = self.get_option_at_index(self.highlighted)
+        return int(option.id) if option.id is not None else None
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()

@@ -219,3 +219,31 @@ async def test_brackets_in_titles_and_messages_are_shown_as_written(tmp_path: Pa
         await pilot.press("ctrl+t")
         assert isinstance(app.screen, CopyScreen)
         assert app.screen.query_one("OptionList").get_option_at_index(0).prompt.plain.endswith("[/b]")
+
+
+def test_the_speculation_report_snapshot(snap_compare):
+    from specdec_tui.engine.decoder import Origin, StepEvent, Token
+    from specdec_tui.engine.metrics import StepRecord, summarize
+    from specdec_tui.tui.screens.report import ReportScreen
+
+    def step(pieces: list[tuple[str, Origin]], drafted: int, rejected: str | None = None) -> StepEvent:
+        accepted = sum(origin is Origin.DRAFT for _, origin in pieces)
+        record = StepRecord(drafted=drafted, accepted=accepted, emitted=len(pieces), draft_s=0.02 * drafted,
+                            verify_s=0.1)
+        return StepEvent(tuple(Token(i, origin, text) for i, (text, origin) in enumerate(pieces)), record,
+                         Token(0, Origin.DRAFT, rejected) if rejected else None)
+
+    D, T = Origin.DRAFT, Origin.TARGET
+    steps = [step([("def", D), (" add", D), ("(a", D), (",", D), (" b", T)], 4),
+             step([("):", D), ("\n", T)], 4, rejected=" #"),
+             step([("    return", D), (" a", D), (" +", D), (" b", D), ("\n", T)], 4)]
+    summary = summarize([s.record for s in steps], mode="hybrid", prompt_tokens=12, seconds=0.6, ttft_s=0.2,
+                        finish_reason="eos")
+
+    async def opened(pilot) -> None:  # type: ignore[no-untyped-def]
+        await ready(pilot)
+        pilot.app.push_screen(ReportScreen("Speculation report · hybrid k=4 tau=1 · 12 tokens", summary, steps,
+                                           "green", "bold yellow"))
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(100, 40), run_before=opened)

@@ -675,7 +675,8 @@ class ChatScreen(Screen[None]):
                  f"{summary.new_tokens} tokens · {summary.tokens_per_s:.1f} tok/s · acceptance {rate}")
         colours = self.app.theme_variables
         self.app.push_screen(ReportScreen(title, summary, self.last_steps, colours.get("draft-token", "green"),
-                                          colours.get("target-token", "yellow")))
+                                          colours.get("target-token", "yellow"),
+                                          f"italic underline {colours.get('error', 'red')}"))
 
     @staticmethod
     def _label(mode: str) -> str:

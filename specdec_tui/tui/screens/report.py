@@ -47,15 +47,17 @@ class ReportScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q", "dismiss", "Close")]
 
     def __init__(self, title: str, summary: RunSummary, steps: Sequence[StepEvent], draft_style: str,
-                 target_style: str) -> None:
+                 target_style: str, degraded_style: str = "italic underline red") -> None:
         super().__init__()
         self.title_text, self.summary, self.steps = title, summary, list(steps)
         self.draft_style, self.target_style = draft_style, target_style
+        self.origin_styles = {Origin.DRAFT: draft_style, Origin.TARGET: target_style, Origin.DEGRADED: degraded_style}
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="report"):
             yield Label(self.title_text, id="report-title")
-            yield Label("The reply: drafted and kept / the target's own", classes="report-heading")
+            yield Label("The reply: drafted and kept / the target's own"
+                        + (" / the draft's alone, unverified" if self.summary.degraded else ""), classes="report-heading")
             yield Static(self.reply_text(), id="report-reply")
             yield Label("Kept, by draft position", classes="report-heading")
             yield Static(position_bars([s.record for s in self.steps]) or "nothing was drafted", id="report-positions")
@@ -71,7 +73,7 @@ class ReportScreen(ModalScreen[None]):
         text = Text()
         for step in self.steps:
             for token in step.tokens:
-                text.append(token.text, style=self.draft_style if token.origin is Origin.DRAFT else self.target_style)
+                text.append(token.text, style=self.origin_styles[token.origin])
         return text
 
     def histogram(self) -> Text | str:

@@ -68,6 +68,7 @@ async def test_edit_and_resend_replaces_the_last_exchange():
         await pilot.press("ctrl+b")
         prompt = app.query_one(PromptInput)
         assert prompt.text == "a typo'd question" and app.chat.editing == 2
+        assert prompt.cursor_location == prompt.document.end  # ready to type on
         prompt.load_text("the right question")
         await pilot.press("enter")
         await until(pilot, lambda: not app.chat.busy and len(app.chat.messages) == 4)

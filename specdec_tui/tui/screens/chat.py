@@ -553,6 +553,7 @@ class ChatScreen(Screen[None]):
             return
         self.editing = users[-1]
         prompt.load_text(self.messages[users[-1]]["content"])
+        prompt.move_cursor(prompt.document.end)
         prompt.focus()
         self.notify(f"Editing your last message: Enter sends it in place of the last exchange; "
                     f"{self.key_display('edit')} again stops editing")

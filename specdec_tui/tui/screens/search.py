@@ -19,7 +19,7 @@ from specdec_tui.chat.history import History, HistoryError
 def hit_text(title: str, who: str, snippet: str) -> Text:
     """A hit as the list shows it: the chat's title, who wrote it, and the snippet, matched words marked."""
     text = Text.assemble((title, "bold"), f" · {who}\n  ")
-    for i, part in enumerate(re.split(r"\[([^\]]*)\]", snippet)):
+    for i, part in enumerate(re.split(r"\[([^\]]*)\]", " ".join(snippet.split()))):
         text.append(part, style="reverse" if i % 2 else "")
     return text
 

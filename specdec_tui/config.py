@@ -136,8 +136,8 @@ class ResilienceSettings(BaseModel):
 
     fail_max: int = Field(3, ge=1, le=1000, description="failed passes in a row that open a model's circuit")
     reset_timeout: float = Field(30.0, gt=0, description="seconds an open circuit waits before one trial pass")
-    step_timeout: float | None = Field(10.0, gt=0, description="a decoding pass slower than this (seconds) "
-                                       "counts as failed; empty: no limit")
+    step_timeout: float = Field(10.0, ge=0, description="a decoding pass slower than this (seconds) counts as "
+                                "failed; 0: no limit")
 
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]

@@ -61,7 +61,7 @@ def guarded(runner: Runner, model: str, resilience: ResilienceSettings, faults: 
     if rates.any:
         runner = FaultyRunner(runner, random_faults(rates, faults.seed + (model == "draft")), rates.hang_ms)
     return GuardedRunner(runner, Breaker(model, resilience.fail_max, resilience.reset_timeout),
-                         resilience.step_timeout)
+                         resilience.step_timeout or None)
 
 
 def build_engine(pair: ModelPair, settings: Settings) -> tuple[Engine, Breakers]:

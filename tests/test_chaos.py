@@ -23,7 +23,7 @@ REQUESTS, CLIENTS = 200, 8
 def faulty_runtime(target_raise: float, *, draft: bool = True, reset_timeout: float = 0.2) -> Runtime:
     settings = serving_settings().model_copy(update={
         "faults": FaultSettings(target_raise=target_raise, seed=11),
-        "resilience": ResilienceSettings(fail_max=3, reset_timeout=reset_timeout, step_timeout=None),
+        "resilience": ResilienceSettings(fail_max=3, reset_timeout=reset_timeout, step_timeout=0),
     })
     runtime = tiny_runtime(settings=settings)
     if not draft:

@@ -138,3 +138,31 @@ def test_tests_never_see_the_developers_own_config_environment_or_history():
     assert all(origin == "default" for origin in origins.values())
     assert not any(name.startswith("SPECDEC_") for name in os.environ)
     assert str(settings.chat.history_path).startswith(os.environ["XDG_DATA_HOME"])
+
+
+def test_specdec_faults_sets_several_faults_at_once_and_show_settings_says_they_are_on(
+        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SPECDEC_FAULTS", "target.raise=0.2, draft.nan=0.1, target.hang_ms=50, seed=3")
+    settings, origins = load_settings()
+    faults = settings.faults
+    assert (faults.target_raise, faults.draft_nan, faults.target_hang_ms, faults.seed) == (0.2, 0.1, 50.0, 3)
+    assert origins["faults.target_raise"] == "env SPECDEC_FAULTS" and origins["faults.draft_raise"] == "default"
+    shown = describe_settings(settings, origins)
+    assert shown.splitlines()[-1] == "# FAULT INJECTION IS ON: target.raise=0.2, draft.nan=0.1 (seed 3)"
+
+
+def test_faults_are_off_by_default_and_bad_faults_are_one_line_errors(monkeypatch: pytest.MonkeyPatch):
+    settings, origins = load_settings()
+    assert not settings.faults.enabled and "FAULT" not in describe_settings(settings, origins)
+    for spec, message in (("target.raise=1.5", "less than or equal to 1"), ("target.raise", "is not name=value"),
+                          ("target.explode=0.1", "unknown setting faults.target_explode")):
+        monkeypatch.setenv("SPECDEC_FAULTS", spec)
+        with pytest.raises(SettingsError, match=message) as error:
+            load_settings()
+        assert "\n" not in str(error.value) and "SPECDEC_FAULTS" in str(error.value)
+
+
+def test_resilience_settings_are_validated(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SPECDEC_RESILIENCE__FAIL_MAX", "0")
+    with pytest.raises(SettingsError, match="resilience.fail_max = '0'"):
+        load_settings()

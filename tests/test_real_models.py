@@ -107,7 +107,7 @@ def test_injected_faults_on_the_real_pair_leave_the_greedy_reply_identical(pair:
 
     settings = load_settings()[0].model_copy(update={
         "faults": FaultSettings(target_raise=0.25, target_nan=0.1, draft_raise=0.2, seed=3),
-        "resilience": ResilienceSettings(fail_max=50, step_timeout=None)})
+        "resilience": ResilienceSettings(fail_max=50, step_timeout=0)})
     faulty, breakers = build_engine(pair, settings)
     question = "Write a Python function that returns the square of a number."
     injured = reply(faulty, pair, question, "hybrid", max_new_tokens=32)

@@ -40,7 +40,8 @@ def list_of(convert: Callable[[str], T]) -> Callable[[str], list[T]]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="specdec-bench", description=__doc__,
-                                     epilog="specdec-bench serve --help: the load check against a running server")
+                                     epilog="specdec-bench serve --help: the load check against a running server; "
+                                            "specdec-bench steps --help: what a pass costs by rows verified")
     parser.add_argument("--prompts", type=Path, default=None, help="JSONL prompt suite (default: the bundled one)")
     parser.add_argument("--categories", type=list_of(str), default=None, help="only these categories")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         from specdec_tui.bench import load
 
         return load.main(argv[1:])
+    if argv[:1] == ["steps"]:
+        from specdec_tui.bench import steps
+
+        return steps.main(argv[1:])
     args = parse_args(argv)
     try:
         settings, origins = settings_from_args(args)

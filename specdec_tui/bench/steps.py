@@ -1,0 +1,152 @@
+"""specdec-bench steps: what one target pass costs by the rows it verifies, and what a draft token costs.
+
+A K-token draft is checked in one target pass over K + 1 rows, so speculation pays when that pass
+costs little more than a single-row one. ``v(M) = cost(M) / cost(1)`` is that verify curve, and
+``c = draft token / target pass`` is what each drafted token costs next to it; both decide how far
+ahead it pays to draft. Each figure is the median of ``torch.utils.benchmark`` runs of one pass after
+a context of the given length, the cache cropped back after every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils import benchmark
+
+from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
+from specdec_tui.engine.cached_model import Runner
+from specdec_tui.models import quantized_kernels
+from specdec_tui.models.errors import ModelError
+from specdec_tui.models.loader import ModelPair
+from specdec_tui.runtime import load_pair_for
+from specdec_tui.terminal_progress import TerminalProgress
+
+#: The instruction-set flags that decide which kernels a host can run.
+ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_int8")
+FILLER = "def merge_sorted(left, right):\n    result = []\n    while left and right:\n"
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    contexts: tuple[int, ...]
+    rows: tuple[int, ...]
+    #: (context, rows) -> seconds of one target pass.
+    target: dict[tuple[int, int], float]
+    #: context -> seconds of one draft token (None: no draft model).
+    draft: dict[int, float] | None
+
+    def v(self, context: int, rows: int) -> float:
+        return self.target[context, rows] / self.target[context, 1]
+
+    def c(self, context: int) -> float | None:
+        return self.draft[context] / self.target[context, 1] if self.draft else None
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, list[str]]:
+    """The processor's name and which of ``ISA_FLAGS`` it has."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return "unknown", []
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    return name, [flag for flag in ISA_FLAGS if flag in flags]
+
+
+def context_ids(pair: ModelPair, length: int) -> list[int]:
+    """``length`` token ids of code-like text, as a prompt would be."""
+    tokens = pair.target.tokenizer.encode(FILLER)
+    return (tokens * (length // len(tokens) + 1))[:length]
+
+
+def pass_seconds(runner: Runner, context: Sequence[int], rows: int, min_time: float) -> float:
+    """Median seconds of one pass over ``rows`` new tokens (logits for each) after ``context``."""
+    runner.reset()
+    runner.forward(list(context), 1)
+    new = list(context[:rows])
+
+    def one_pass() -> None:
+        runner.forward(new, rows)
+        runner.crop(len(context))
+
+    one_pass()  # warm: first calls allocate
+    timer = benchmark.Timer(stmt="one_pass()", globals={"one_pass": one_pass}, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_time).median
+
+
+def measure(pair: ModelPair, contexts: Sequence[int], rows: Sequence[int], min_time: float = 0.5) -> StepCosts:
+    rows = tuple(sorted({1, *rows}))
+    target = {(n, m): pass_seconds(pair.target.runner, context_ids(pair, n), m, min_time)
+              for n in contexts for m in rows}
+    draft = ({n: pass_seconds(pair.draft.runner, context_ids(pair, n), 1, min_time) for n in contexts}
+             if pair.draft is not None else None)
+    pair.target.runner.reset()
+    if pair.draft is not None:
+        pair.draft.runner.reset()
+    return StepCosts(tuple(contexts), rows, target, draft)
+
+
+def format_costs(costs: StepCosts) -> str:
+    header = "| rows M |" + "".join(f" ctx {n}: ms | v(M) |" for n in costs.contexts)
+    lines = [header, "|---|" + "---|---|" * len(costs.contexts)]
+    for m in costs.rows:
+        lines.append(f"| {m} |" + "".join(f" {1000 * costs.target[n, m]:.1f} | {costs.v(n, m):.2f} |"
+                                          for n in costs.contexts))
+    if costs.draft is not None:
+        lines.append("")
+        lines += [f"draft token after {n}: {1000 * costs.draft[n]:.1f} ms, c = draft / target = {costs.c(n):.2f}"
+                  for n in costs.contexts]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="specdec-bench steps", description=__doc__)
+    parser.add_argument("--contexts", type=_ints, default=[128, 1024], help="context lengths, e.g. 128,1024")
+    parser.add_argument("--rows", type=_ints, default=list(range(1, 17)), help="rows per pass, e.g. 1,5,9,16")
+    parser.add_argument("--min-time", type=float, default=0.5, help="seconds of runs behind each figure")
+    add_settings_flags(parser, only=("models",))
+    args = parser.parse_args(argv)
+    if any(m < 1 or m > 64 for m in args.rows) or any(n < 1 for n in args.contexts):
+        parser.error("rows must be in 1..64 and contexts at least 1")
+    return args
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers: {exc}") from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings, origins = settings_from_args(args)
+        if args.show_settings:
+            print(describe_settings(settings, origins))
+            return 0
+        progress = TerminalProgress()
+        pair = load_pair_for(settings, progress)
+        progress.close()
+    except (SettingsError, ModelError) as exc:
+        print(f"specdec-bench steps: error: {exc}", file=sys.stderr)
+        return 2
+    too_long = [n for n in args.contexts if n + max(args.rows) >= pair.target.max_context]
+    if too_long:
+        print(f"specdec-bench steps: error: context {too_long[0]} + {max(args.rows)} rows does not fit the target's "
+              f"{pair.target.max_context} tokens", file=sys.stderr)
+        return 2
+    name, flags = cpu_flags()
+    models = settings.models
+    kernels = "the package's AVX2 kernels" if quantized_kernels.available() else "fbgemm and PyTorch ops"
+    print(f"CPU: {name}; flags: {' '.join(flags) or 'none of ' + ', '.join(ISA_FLAGS)}; "
+          f"{torch.get_num_threads()} threads; {kernels}")
+    print(f"target {pair.target.name} ({models.precision}), draft "
+          f"{pair.draft.name + ' (' + models.draft_precision + ')' if pair.draft else 'none'}\n")
+    print(format_costs(measure(pair, args.contexts, args.rows, args.min_time)))
+    return 0

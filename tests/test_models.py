@@ -448,3 +448,30 @@ def test_asking_for_cuda_without_one_is_a_clear_error():
     with pytest.raises(ModelError, match="no CUDA device is available"):
         resolve_device("cuda")
     assert resolve_device("auto") == CPU
+
+
+def test_the_lean_forward_lets_the_fp32_copy_go_and_generate_reads_it_again(tmp_path: Path):
+    import gc
+    import weakref
+
+    from transformers import AutoModelForCausalLM
+
+    folder = save_tiny(tmp_path / "t", "qwen2")
+    seen: list[weakref.ref] = []
+    original = AutoModelForCausalLM.from_pretrained
+
+    def tracked(*args, **kwargs):  # type: ignore[no-untyped-def]
+        model = original(*args, **kwargs)
+        seen.append(weakref.ref(model))
+        return model
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AutoModelForCausalLM, "from_pretrained", tracked)
+        loaded = load_model(str(folder), precision="fp32", device=CPU, cache=ModelCache(tmp_path / "c"))
+        gc.collect()
+        assert loaded.model is None and seen[0]() is None  # nothing holds the transformers model any more
+        again = loaded.hf_model()
+    ids = torch.tensor([[5, 6, 7]])
+    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.allclose(again(ids).logits, reference(ids).logits, atol=1e-5)

@@ -107,7 +107,8 @@ class FastLlama:
         self.eps = config.rms_norm_eps
         self.vocab = config.vocab_size
         decoder = model.model
-        self.embed = decoder.embed_tokens.weight.detach().float()
+        # Copies, not views: a view of a loaded weight keeps the whole memory-mapped file resident.
+        self.embed = decoder.embed_tokens.weight.detach().float().clone()
         self.input_vocab = self.embed.shape[0]
         self.final_norm = rms_norm(decoder.norm.weight, self.eps)
 

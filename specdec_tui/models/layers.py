@@ -21,7 +21,8 @@ class RmsNorm(nn.Module):
 
     def __init__(self, weight: torch.Tensor, eps: float) -> None:
         super().__init__()
-        self.weight, self.eps = weight.detach().float().contiguous(), eps
+        # A copy: a view would keep the whole memory-mapped weights file resident.
+        self.weight, self.eps = weight.detach().float().clone(), eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, [self.weight.shape[0]], self.weight, self.eps)

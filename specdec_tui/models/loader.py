@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,9 @@ Runner = FastLlama | HFRunner
 @dataclass
 class LoadedModel:
     name: str
-    model: PreTrainedModel
+    #: The transformers model; None once the lean forward has packed its own copy of the weights
+    #: (``hf_model`` reads it again from ``source`` for the few callers that need it).
+    model: PreTrainedModel | None
     runner: Runner
     tokenizer: PreTrainedTokenizerBase
     precision: str
@@ -35,11 +38,16 @@ class LoadedModel:
     eos_ids: frozenset[int]
     vocab_size: int
     role: str
+    #: Where the weights were read from (a local folder).
+    source: str = ""
 
     def hf_model(self) -> PreTrainedModel:
         """The transformers model at this precision (for Hugging Face generate())."""
         if isinstance(self.runner, HFRunner):
+            assert self.model is not None
             return self.model
+        if self.model is None:
+            self.model = _load_weights(self.source, self.name)[1]
         if not getattr(self.model, "_specdec_prepared", False):
             prepare_model(self.model, self.precision, self.device, self.role == "target")
             self.model._specdec_prepared = True
@@ -132,6 +140,14 @@ def make_runner(
     return HFRunner(prepare_model(model, precision, device, exact, on_packed))
 
 
+def release_freed_memory() -> None:
+    """Hand memory freed after loading (the fp32 copies) back to the system; glibc keeps it otherwise."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its allocator decides
+        pass
+
+
 def _load_weights(source: str, name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -177,9 +193,10 @@ def load_model(
     eos_ids = eos_token_ids(model, tokenizer)
     specials = tuple(tokenizer.all_special_ids) + tuple(eos_ids)
     runner = make_runner(model, precision, device, role == "target", head_tokens, specials, on_packed)
-    return LoadedModel(
+    loaded = LoadedModel(
         name=reference,
-        model=model,
+        # The lean forward holds packed copies; keeping the fp32 original too would double the memory.
+        model=model if isinstance(runner, HFRunner) else None,
         runner=runner,
         tokenizer=tokenizer,
         precision=precision,
@@ -188,7 +205,11 @@ def load_model(
         eos_ids=eos_ids,
         vocab_size=vocab_size,
         role=role,
+        source=source,
     )
+    del model
+    release_freed_memory()
+    return loaded
 
 
 def check_same_tokenizer(draft: LoadedModel, target: LoadedModel) -> None:

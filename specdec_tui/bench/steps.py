@@ -3,20 +3,22 @@
 A K-token draft is checked in one target pass over K + 1 rows, so speculation pays when that pass
 costs little more than a single-row one. ``v(M) = cost(M) / cost(1)`` is that verify curve, and
 ``c = draft token / target pass`` is what each drafted token costs next to it; both decide how far
-ahead it pays to draft. Each figure is the median of ``torch.utils.benchmark`` runs of one pass after
-a context of the given length, the cache cropped back after every run.
+ahead it pays to draft. The context is read once per length; then every row count is timed in turn,
+round after round (so that a slow minute slows them all alike), the cache cropped back after each
+pass, and each figure is the median of its rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import torch
-from torch.utils import benchmark
 
 from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
 from specdec_tui.engine.cached_model import Runner
@@ -64,30 +66,34 @@ def context_ids(pair: ModelPair, length: int) -> list[int]:
     return (tokens * (length // len(tokens) + 1))[:length]
 
 
-def pass_seconds(runner: Runner, context: Sequence[int], rows: int, min_time: float) -> float:
-    """Median seconds of one pass over ``rows`` new tokens (logits for each) after ``context``."""
+def pass_seconds(runner: Runner, context: Sequence[int], rows: Sequence[int], min_time: float) -> dict[int, float]:
+    """Median seconds of one pass over M new tokens (logits for each) after ``context``, for each M in ``rows``."""
     runner.reset()
     runner.forward(list(context), 1)
-    new = list(context[:rows])
+    times: dict[int, list[float]] = {m: [] for m in rows}
 
-    def one_pass() -> None:
-        runner.forward(new, rows)
+    def one_pass(m: int) -> float:
+        started = time.perf_counter()
+        runner.forward(list(context[:m]), m)
+        elapsed = time.perf_counter() - started
         runner.crop(len(context))
+        return elapsed
 
-    one_pass()  # warm: first calls allocate
-    timer = benchmark.Timer(stmt="one_pass()", globals={"one_pass": one_pass}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_time).median
+    for m in rows:  # warm: first calls of a shape allocate
+        one_pass(m)
+    while len(times[rows[0]]) < 3 or sum(map(sum, times.values())) < min_time * len(rows):
+        for m in rows:
+            times[m].append(one_pass(m))
+    runner.reset()
+    return {m: median(seconds) for m, seconds in times.items()}
 
 
-def measure(pair: ModelPair, contexts: Sequence[int], rows: Sequence[int], min_time: float = 0.5) -> StepCosts:
+def measure(pair: ModelPair, contexts: Sequence[int], rows: Sequence[int], min_time: float = 1.0) -> StepCosts:
     rows = tuple(sorted({1, *rows}))
-    target = {(n, m): pass_seconds(pair.target.runner, context_ids(pair, n), m, min_time)
-              for n in contexts for m in rows}
-    draft = ({n: pass_seconds(pair.draft.runner, context_ids(pair, n), 1, min_time) for n in contexts}
+    target = {(n, m): seconds for n in contexts
+              for m, seconds in pass_seconds(pair.target.runner, context_ids(pair, n), rows, min_time).items()}
+    draft = ({n: pass_seconds(pair.draft.runner, context_ids(pair, n), (1,), min_time)[1] for n in contexts}
              if pair.draft is not None else None)
-    pair.target.runner.reset()
-    if pair.draft is not None:
-        pair.draft.runner.reset()
     return StepCosts(tuple(contexts), rows, target, draft)
 
 
@@ -108,7 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="specdec-bench steps", description=__doc__)
     parser.add_argument("--contexts", type=_ints, default=[128, 1024], help="context lengths, e.g. 128,1024")
     parser.add_argument("--rows", type=_ints, default=list(range(1, 17)), help="rows per pass, e.g. 1,5,9,16")
-    parser.add_argument("--min-time", type=float, default=0.5, help="seconds of runs behind each figure")
+    parser.add_argument("--min-time", type=float, default=1.0, help="seconds of passes behind each figure")
     add_settings_flags(parser, only=("models",))
     args = parser.parse_args(argv)
     if any(m < 1 or m > 64 for m in args.rows) or any(n < 1 for n in args.contexts):

@@ -18,6 +18,9 @@ its weights.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -120,11 +123,12 @@ class FastLlama:
             self.head_tokens = head_tokens
             self.extra_ids = torch.tensor(sorted({t for t in keep_tokens if t >= head_tokens}), dtype=torch.long)
             head = _head_rows(head, torch.cat([torch.arange(head_tokens), self.extra_ids]))
-        linears: list[nn.Linear] = []
+        # Fused weights are made as each is packed, so only a few fp32 copies exist at a time.
+        linears: list[nn.Linear | Callable[[], nn.Linear]] = []
         for layer in decoder.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            linears += [_fused(attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj,
-                        _fused(mlp.gate_proj, mlp.up_proj), mlp.down_proj]
+            linears += [partial(_fused, attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj,
+                        partial(_fused, mlp.gate_proj, mlp.up_proj), mlp.down_proj]
         packed = pack_linears([*linears, head], precision, exact, on_packed)
         self.head = packed[-1]
         self.layers = [

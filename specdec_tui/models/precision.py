@@ -21,7 +21,7 @@ weights once for all its rows. They also run ``int4`` (for drafts), which fbgemm
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
@@ -241,12 +241,20 @@ def _in_parallel(make: Callable[[int], nn.Module], count: int, on_packed: PackPr
 
 
 def pack_linears(
-    linears: list[nn.Linear], precision: str, exact: bool, on_packed: PackProgress
+    linears: Sequence[nn.Linear | Callable[[], nn.Linear]], precision: str, exact: bool, on_packed: PackProgress
 ) -> list[nn.Module]:
-    """Each of ``linears`` converted to ``precision`` (each with its own int8 scaling)."""
+    """Each of ``linears`` converted to ``precision`` (each with its own int8 scaling).
+
+    An item may be a function that makes the linear: then its fp32 weight (a fused one, say) exists
+    only while it is packed, instead of all of them at once.
+    """
+    def made(i: int) -> nn.Linear:
+        item = linears[i]
+        return item if isinstance(item, nn.Module) else item()
+
     if precision not in PACKED or not cpu_kernels_available(precision):
-        return list(linears)
-    return _in_parallel(lambda i: convert_linear(linears[i], precision, exact), len(linears), on_packed)
+        return [made(i) for i in range(len(linears))]
+    return _in_parallel(lambda i: convert_linear(made(i), precision, exact), len(linears), on_packed)
 
 
 def _replace_linears(

@@ -21,7 +21,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from specdec_tui.engine.cached_model import Runner
+from specdec_tui.engine.cached_model import Runner, WrappedRunner
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.hf_runner import HFRunner
 from specdec_tui.models.loader import (
@@ -208,19 +208,13 @@ def tiny_pair(arch: str = "qwen2", noise: float = 0.02, layers: int = 2) -> Mode
                      tiny_loaded(perturbed(target, noise), f"tiny-{arch}-draft", "draft"))
 
 
-class SlowRunner:
+class SlowRunner(WrappedRunner):
     """Wraps a runner so each forward takes a while: long enough to cancel mid-reply."""
 
-    def __init__(self, runner, delay: float) -> None:  # type: ignore[no-untyped-def]
-        self.runner, self.delay = runner, delay
-        self.input_vocab = runner.input_vocab
+    def __init__(self, runner: Runner, delay: float) -> None:
+        super().__init__(runner)
+        self.delay = delay
 
     def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
         time.sleep(self.delay)
         return self.runner.forward(ids, n_logits)
-
-    def crop(self, length: int) -> None:
-        self.runner.crop(length)
-
-    def reset(self) -> None:
-        self.runner.reset()

@@ -31,6 +31,26 @@ class Runner(Protocol):
         ...
 
 
+class WrappedRunner:
+    """A runner around another: the cache and vocabulary are the inner one's; subclasses change ``forward``."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    @property
+    def input_vocab(self) -> int:
+        return self.runner.input_vocab
+
+    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
+        return self.runner.forward(ids, n_logits)
+
+    def crop(self, length: int) -> None:
+        self.runner.crop(length)
+
+    def reset(self) -> None:
+        self.runner.reset()
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     if a[:n] == b[:n]:

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 import torch
 
-from specdec_tui.engine.cached_model import Runner
+from specdec_tui.engine.cached_model import Runner, WrappedRunner
 
 
 class Fault(StrEnum):
@@ -57,25 +57,15 @@ def random_faults(rates: FaultRates, seed: int) -> Callable[[], Fault | None]:
     return choose
 
 
-class FaultyRunner:
+class FaultyRunner(WrappedRunner):
     """``runner``, except that each pass may fail as ``choose`` decides."""
 
     def __init__(self, runner: Runner, choose: Callable[[], Fault | None], hang_ms: float = 3000.0) -> None:
-        self.runner = runner
+        super().__init__(runner)
         self.choose = choose
         self.hang_ms = hang_ms
         #: How many of each fault were injected.
         self.injected: dict[Fault, int] = dict.fromkeys(Fault, 0)
-
-    @property
-    def input_vocab(self) -> int:
-        return self.runner.input_vocab
-
-    def crop(self, length: int) -> None:
-        self.runner.crop(length)
-
-    def reset(self) -> None:
-        self.runner.reset()
 
     def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
         logits = self.runner.forward(ids, n_logits)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pybreaker
 import torch
 
-from specdec_tui.engine.cached_model import Runner
+from specdec_tui.engine.cached_model import Runner, WrappedRunner
 
 #: Passes feeding more tokens than this read a prompt; those are not held to the step timeout.
 TIMED_PASS_TOKENS = 64
@@ -93,23 +94,13 @@ def bad_logits(logits: torch.Tensor) -> str | None:
     return None
 
 
-class GuardedRunner:
+class GuardedRunner(WrappedRunner):
     """A runner whose every forward pass goes through ``breaker`` and is checked before use."""
 
     def __init__(self, runner: Runner, breaker: Breaker, step_timeout: float | None) -> None:
-        self.runner = runner
+        super().__init__(runner)
         self.breaker = breaker
         self.step_timeout = step_timeout
-
-    @property
-    def input_vocab(self) -> int:
-        return self.runner.input_vocab
-
-    def crop(self, length: int) -> None:
-        self.runner.crop(length)
-
-    def reset(self) -> None:
-        self.runner.reset()
 
     def _checked_forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
         started = time.perf_counter()
@@ -140,7 +131,7 @@ class Breakers:
     target: Breaker
     draft: Breaker | None = None
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Breaker]:
         return iter([b for b in (self.target, self.draft) if b is not None])
 
     @property

@@ -20,7 +20,8 @@ from statistics import median
 
 import torch
 
-from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
+from specdec_tui.bench.cli import list_of
+from specdec_tui.config import add_settings_flags, settings_or_exit
 from specdec_tui.engine.cached_model import Runner
 from specdec_tui.models import quantized_kernels
 from specdec_tui.models.errors import ModelError
@@ -112,8 +113,8 @@ def format_costs(costs: StepCosts) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="specdec-bench steps", description=__doc__)
-    parser.add_argument("--contexts", type=_ints, default=[128, 1024], help="context lengths, e.g. 128,1024")
-    parser.add_argument("--rows", type=_ints, default=list(range(1, 17)), help="rows per pass, e.g. 1,5,9,16")
+    parser.add_argument("--contexts", type=list_of(int), default=[128, 1024], help="context lengths, e.g. 128,1024")
+    parser.add_argument("--rows", type=list_of(int), default=list(range(1, 17)), help="rows per pass, e.g. 1,5,9,16")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds of passes behind each figure")
     add_settings_flags(parser, only=("models",))
     args = parser.parse_args(argv)
@@ -122,24 +123,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers: {exc}") from exc
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    settings = settings_or_exit(args, "specdec-bench steps")
     try:
-        settings, origins = settings_from_args(args)
-        if args.show_settings:
-            print(describe_settings(settings, origins))
-            return 0
         progress = TerminalProgress()
         pair = load_pair_for(settings, progress)
         progress.close()
-    except (SettingsError, ModelError) as exc:
+    except ModelError as exc:
         print(f"specdec-bench steps: error: {exc}", file=sys.stderr)
         return 2
     too_long = [n for n in args.contexts if n + max(args.rows) >= pair.target.max_context]

@@ -23,12 +23,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from specdec_tui.chat.export import export_conversation
-from specdec_tui.chat.history import History, HistoryError
+from specdec_tui.chat.history import History, HistoryError, StoredMessage
 from specdec_tui.chat.options import ChatOptions
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, PromptTooLongError, StepEvent
 from specdec_tui.engine.metrics import RunSummary, StepRecord, summarize
-from specdec_tui.engine.modes import DRAFTER_MODES, TARGET
+from specdec_tui.engine.modes import DRAFTER_MODES, MODES, TARGET
 from specdec_tui.models.progress import Progress
 from specdec_tui.runtime import Message as ChatMessage
 from specdec_tui.runtime import ReplySource, decode_params, reply_summary
@@ -195,12 +195,13 @@ class ChatScreen(Screen[None]):
             except HistoryError as exc:
                 self.notify(str(exc), severity="error", timeout=10)
 
+    def can_run(self, mode: str) -> bool:
+        """Whether the loaded models can run ``mode`` (every mode can while they load)."""
+        return self.source is None or self.source.draft_name is not None or not MODES[mode].needs_draft_model
+
     def default_options(self) -> ChatOptions:
         options = ChatOptions.defaults(self.settings)
-        source = self.source
-        if source is not None and source.draft_name is None and options.mode not in (TARGET, "prompt-lookup"):
-            options = replace(options, mode=TARGET)
-        return options
+        return options if self.can_run(options.mode) else replace(options, mode=TARGET)
 
     def on_mount(self) -> None:
         self.drafter = self.settings.decoding.drafter
@@ -254,7 +255,7 @@ class ChatScreen(Screen[None]):
         self.query_one(LoadingPanel).show(progress)
 
     def models_ready(self, source: ReplySource) -> None:
-        if source.draft_name is None and self.mode not in (TARGET, "prompt-lookup"):
+        if not self.can_run(self.mode):
             self.set_options(replace(self.options, mode=TARGET), save=False)
         self.query_one(LoadingPanel).display = False
         self._show_knobs()
@@ -297,12 +298,8 @@ class ChatScreen(Screen[None]):
 
     def _reply_to(self, text: str) -> None:
         """Store the user's message (already on screen) and start the reply to it."""
-        log = self.query_one(ChatLog)
         self._store("user", text)
-        chat = [{"role": "system", "content": self.options.system_prompt}, *self.messages]
-        run = Run(tuple(chat), self.params(), self.mode)
-        view = log.add_message("assistant", streaming=True)
-        self._start_reply(view, run)
+        self._reply()
 
     def _store(self, role: str, content: str, metrics: dict[str, Any] | None = None) -> None:
         """Keep the message for the conversation and write it to the history (one transaction)."""
@@ -362,12 +359,15 @@ class ChatScreen(Screen[None]):
         banner.set_class(message is not None, "-shown")
         banner.update(message or "")
 
-    def _reply_again(self) -> None:
-        """A new reply to the conversation as it stands (it ends with the user's message)."""
+    def _reply(self, new_sample: bool = False) -> None:
+        """Start a reply to the conversation as it stands (it ends with the user's message).
+
+        ``new_sample``: when sampling, a fresh seed, so a reply written again is not the same one.
+        """
         chat = [{"role": "system", "content": self.options.system_prompt}, *self.messages]
         params = self.params()
-        if params.temperature > 0:
-            params = replace(params, seed=None)  # a fresh seed: a new sample, not the same one again
+        if new_sample and params.temperature > 0:
+            params = replace(params, seed=None)
         view = self.query_one(ChatLog).add_message("assistant", streaming=True)
         self._start_reply(view, Run(tuple(chat), params, self.mode))
 
@@ -426,15 +426,13 @@ class ChatScreen(Screen[None]):
         message.view.finish(finished.text, metrics)
         self.query_one(StatsPanel).show_run(finished.summary, self.records)
         self._store("assistant", finished.text, metrics)
-        self.reply_row = None
         self.show_degraded(finished.summary)
         if finished.summary.finish_reason == "failed":
             self.query_one(ChatLog).add_message("error", f"The reply stopped: {finished.summary.failure}. "
                                                 "No draft model is loaded to write on; what was written is kept.")
         self.last_run = (message.run, finished)
         self.last_steps = self.steps
-        self.busy = False
-        self.cancel_event = None
+        self._reply_ended()
         if finished.summary.finish_reason == "cancelled":
             self.notify("Reply cancelled; the partial reply is kept")
 
@@ -445,8 +443,11 @@ class ChatScreen(Screen[None]):
             self._store("assistant", view.content, {"partial": True})
         elif view is not None:
             view.remove()
-        self.reply_row = None
         self.query_one(ChatLog).add_message("error", message.reason)
+        self._reply_ended()
+
+    def _reply_ended(self) -> None:
+        self.reply_row = None
         self.busy = False
         self.cancel_event = None
 
@@ -489,13 +490,7 @@ class ChatScreen(Screen[None]):
         if self.busy:
             self.notify("Cancel the reply (Esc) before starting a new chat", severity="warning")
             return
-        self.conversation_id = None
-        self.messages, self.rows, self.editing = [], [], None
-        self.last_run = None
-        self.set_options(self.default_options(), save=False)
-        self.query_one(ChatLog).clear()
-        self.refresh_chats()
-        self.query_one(PromptInput).focus()
+        self._show_conversation(None, self.default_options(), [])
 
     def action_copy_reply(self) -> None:
         replies = [m for m in self.messages if m["role"] == "assistant"]
@@ -536,7 +531,7 @@ class ChatScreen(Screen[None]):
                         "for a different reply")
         else:
             self.notify("Writing a new sample of the last reply")
-        self._reply_again()
+        self._reply(new_sample=True)
 
     def action_edit_last(self) -> None:
         prompt = self.query_one(PromptInput)
@@ -573,8 +568,7 @@ class ChatScreen(Screen[None]):
 
     def source_modes(self) -> list[str]:
         """The modes the loaded models can run (all of them while loading)."""
-        no_draft = self.source is not None and self.source.draft_name is None
-        return [TARGET, "prompt-lookup"] if no_draft else [TARGET, *DRAFTER_MODES]
+        return [TARGET, *(mode for mode in DRAFTER_MODES if self.can_run(mode))]
 
     def chosen_chat(self) -> int | None:
         """The chat the chats list has highlighted, when it is shown; else the open one."""
@@ -713,18 +707,22 @@ class ChatScreen(Screen[None]):
         if self.busy:
             self.notify("Cancel the reply (Esc) before switching chats", severity="warning")
             return
+        options = ChatOptions.restored(self.history.chat_settings(conversation_id), self.default_options(),
+                                       self.settings.decoding)
+        self._show_conversation(conversation_id, options, self.history.messages(conversation_id))
+
+    def _show_conversation(self, conversation_id: int | None, options: ChatOptions,
+                           stored: list[StoredMessage]) -> None:
+        """Make ``conversation_id`` (None: a new chat) the open one, with its settings and messages."""
         self.conversation_id = conversation_id
-        self.messages, self.rows, self.editing = [], [], None
-        self.last_run = None
-        stored_options = self.history.chat_settings(conversation_id)
-        self.set_options(ChatOptions.restored(stored_options, self.default_options(), self.settings.decoding),
-                         save=False)
+        self.messages = [{"role": m.role, "content": m.content} for m in stored]
+        self.rows = [m.id for m in stored]
+        self.editing, self.last_run = None, None
+        self.set_options(options, save=False)
         log = self.query_one(ChatLog)
         log.clear()
-        for stored in self.history.messages(conversation_id):
-            self.messages.append({"role": stored.role, "content": stored.content})
-            self.rows.append(stored.id)
-            log.add_message(stored.role, stored.content, stored.metrics)
+        for message in stored:
+            log.add_message(message.role, message.content, message.metrics)
         self.refresh_chats()
         self.query_one(PromptInput).focus()
 

@@ -253,6 +253,11 @@ class ChunkMaker(Protocol):
                  usage: Usage | None = None) -> BaseModel: ...
 
 
+def reported_degraded(detail: ChunkSpeculative | None) -> bool | None:
+    """A chunk's ``degraded``: set on the finishing chunk, the one that carries the report."""
+    return detail.report.degraded if detail is not None and detail.report is not None else None
+
+
 async def event_stream(reply: Reply, chunk: ChunkMaker, opening: BaseModel | None, origins: bool,
                        include_usage: bool, prompt_tokens: int) -> AsyncIterator[str]:
     """A reply as server-sent events: its pieces, the finish with the report, usage, ``[DONE]``."""
@@ -271,9 +276,7 @@ async def event_stream(reply: Reply, chunk: ChunkMaker, opening: BaseModel | Non
         yield sse("[DONE]")
         return
     assert reply.outcome is not None
-    final = chunk(None, reply.outcome.finish_reason, ChunkSpeculative(report=reply.outcome.report))
-    final.degraded = reply.outcome.summary.degraded  # type: ignore[attr-defined]
-    yield sse(final)
+    yield sse(chunk(None, reply.outcome.finish_reason, ChunkSpeculative(report=reply.outcome.report)))
     if include_usage:
         yield sse(chunk(None, None, None, usage_of(reply, prompt_tokens)))
     yield sse("[DONE]")
@@ -410,7 +413,8 @@ def chat_chunk(made: dict[str, Any]) -> ChunkMaker:
     def chunk(text: str | None, finish: str | None, detail: ChunkSpeculative | None,
               usage: Usage | None = None) -> BaseModel:
         choices = [] if usage else [ChunkChoice(delta=Delta(content=text), finish_reason=finish)]
-        return ChatCompletionChunk(**made, choices=choices, usage=usage, speculative=detail)
+        return ChatCompletionChunk(**made, choices=choices, usage=usage, speculative=detail,
+                                   degraded=reported_degraded(detail))
 
     return chunk
 
@@ -437,7 +441,7 @@ def completion_chunk(made: dict[str, Any]) -> ChunkMaker:
     def chunk(text: str | None, finish: str | None, detail: ChunkSpeculative | None,
               usage: Usage | None = None) -> BaseModel:
         choices = [] if usage else [CompletionChoice(text=text or "", finish_reason=finish)]
-        return Completion(**made, choices=choices, usage=usage, speculative=detail)
+        return Completion(**made, choices=choices, usage=usage, speculative=detail, degraded=reported_degraded(detail))
 
     return chunk
 

@@ -7,6 +7,7 @@ values), so every test here also checks that a failed pass is rolled back.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterable
 
 import pytest
@@ -170,9 +171,18 @@ def test_bad_logits_are_nan_or_infinite_but_masked_ids_are_fine():
 def test_a_breaker_never_holds_its_lock_between_passes():
     engine, target, _ = faulty_engine()
     events = engine.generate(PROMPT, GREEDY, "model")
-    next(events)  # mid-reply: a reader elsewhere must not wait for the reply to end
-    assert target.circuit._lock.acquire(blocking=False)
-    target.circuit._lock.release()
+    next(events)  # mid-reply: a caller on another thread must not wait for the reply to end
+    got: list[bool] = []
+
+    def other_caller() -> None:  # the lock is reentrant, so only another thread can tell whether it is held
+        got.append(target.circuit._lock.acquire(blocking=False))
+        if got[0]:
+            target.circuit._lock.release()
+
+    caller = threading.Thread(target=other_caller)
+    caller.start()
+    caller.join()
+    assert got == [True]
     events.close()
 
 

@@ -25,7 +25,7 @@ $(VENV)/.installed-server: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[dev,server,telemetry,tracking]"
+	$(PIP) -e ".[dev,server,telemetry,tracking,ray]"
 	touch $@
 
 setup: $(VENV)/.installed-chat

@@ -140,6 +140,36 @@ class ResilienceSettings(BaseModel):
                                 "failed; 0: no limit")
 
 
+class RaySettings(BaseModel):
+    """``specdec-serve --ray``: replicas of the engine behind one endpoint on a Ray cluster."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(None, description="Ray cluster to join (auto: the running one); empty: start "
+                                "a local one")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of the local cluster (empty: all of them)")
+    replicas: int | Literal["auto"] = Field(1, description="engine replicas, or auto to scale between "
+                                             "min_replicas and max_replicas")
+    min_replicas: int = Field(1, ge=0, description="with replicas = auto: the fewest replicas")
+    max_replicas: int = Field(4, ge=1, description="with replicas = auto: the most replicas")
+    target_ongoing_requests: float = Field(1.0, gt=0, description="with replicas = auto: requests per replica "
+                                           "the autoscaler aims at")
+    cpus_per_replica: float = Field(1.0, gt=0, description="CPUs each replica reserves (and its torch threads)")
+    max_ongoing_requests: int = Field(1, ge=1, description="requests a replica takes at once (its engine "
+                                      "decodes one; more wait in its own queue)")
+    affinity: bool = Field(True, description="send a conversation's turns to the replica holding its KV cache")
+    draft_actor: bool = Field(False, description="run the draft model in its own actor, beside the replica")
+    draft_cpus: float = Field(1.0, gt=0, description="with draft_actor: CPUs the draft actor reserves")
+
+    @model_validator(mode="after")
+    def _replica_bounds(self) -> RaySettings:
+        if isinstance(self.replicas, int) and self.replicas < 1:
+            raise ValueError("replicas must be at least 1, or auto")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
+        return self
+
+
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -199,6 +229,7 @@ class Settings(BaseSettings):
     tracking: TrackingSettings = Field(default_factory=TrackingSettings)
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     faults: Annotated[FaultSettings, NoDecode] = Field(default_factory=FaultSettings)
+    ray: RaySettings = Field(default_factory=RaySettings)
     #: Key binding id -> key(s), e.g. ``compare = "f10"``: rebinds the chat's keys.
     keys: dict[str, str] = Field(default_factory=dict)
 
@@ -381,6 +412,10 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--fail-max": ("resilience", "fail_max"),
     "--reset-timeout": ("resilience", "reset_timeout"),
     "--step-timeout": ("resilience", "step_timeout"),
+    "--address": ("ray", "address"),
+    "--replicas": ("ray", "replicas"),
+    "--cpus-per-replica": ("ray", "cpus_per_replica"),
+    "--draft-actor": ("ray", "draft_actor"),
 }
 
 #: Settings whose values ``describe_settings`` never prints.

@@ -294,14 +294,18 @@ def server_state(request: Request) -> ServerState:
 State = Annotated[ServerState, Depends(server_state)]
 
 
-def authorized(state: State,
-               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
-    key = state.settings.server.api_key
+def check_api_key(key: str | None, credentials: HTTPAuthorizationCredentials | None) -> None:
+    """401 unless the bearer token is ``key`` (any request passes when no key is set)."""
     if key is None:
         return
     if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), key.encode()):
         raise APIError(401, "missing or wrong API key: send Authorization: Bearer <key>",
                        type="authentication_error", code="invalid_api_key")
+
+
+def authorized(state: State,
+               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
+    check_api_key(state.settings.server.api_key, credentials)
 
 
 def ready_runtime(state: State) -> Runtime:
@@ -337,14 +341,14 @@ def check_model(runtime: Runtime, name: str) -> None:
 router = APIRouter()
 api = APIRouter(dependencies=[Depends(authorized)])
 
-@router.get("/health")
-async def health(state: State) -> JSONResponse:
+def health_report(state: ServerState) -> tuple[dict[str, Any], int]:
+    """What ``/health`` answers: the body and its status code (503 until the models are loaded)."""
     runtime = state.runtime
     degraded = runtime.degraded if runtime else None
     body: dict[str, Any] = {
         "status": "degraded" if degraded else "ok" if runtime else "failed" if state.load_error else "loading",
-        "model": state.runtime.target_name if state.runtime else state.settings.models.target,
-        "draft": state.runtime.draft_name if state.runtime else state.settings.models.draft,
+        "model": runtime.target_name if runtime else state.settings.models.target,
+        "draft": runtime.draft_name if runtime else state.settings.models.draft,
         "running": state.running,
         "waiting": state.waiting,
         "queue_size": state.settings.server.queue_size,
@@ -357,7 +361,13 @@ async def health(state: State) -> JSONResponse:
         body["fault_injection"] = state.settings.faults.describe()
     if state.load_error:
         body["error"] = state.load_error
-    return JSONResponse(body, status_code=200 if state.runtime else 503)
+    return body, 200 if runtime else 503
+
+
+@router.get("/health")
+async def health(state: State) -> JSONResponse:
+    body, status = health_report(state)
+    return JSONResponse(body, status_code=status)
 
 @api.get("/metrics")
 async def metrics(state: State) -> Response:
@@ -483,15 +493,8 @@ async def generate(body: GenerateRequest, request: Request, state: State, runtim
 # ------------------------------------------------------------------ the app
 
 
-def create_app(state: ServerState) -> FastAPI:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        state.close()
-
-    app = FastAPI(title="specdec-serve", version="0.1.0", lifespan=lifespan,
-                  summary="OpenAI-compatible speculative decoding, with what speculation did per request")
-    app.state.specdec = state
+def add_error_handlers(app: FastAPI) -> None:
+    """Every error leaves ``app`` as the OpenAI error object."""
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -511,6 +514,18 @@ def create_app(state: ServerState) -> FastAPI:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         return error_response(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
 
+
+def create_app(state: ServerState) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.close()
+
+    app = FastAPI(title="specdec-serve", version="0.1.0", lifespan=lifespan,
+                  summary="OpenAI-compatible speculative decoding, with what speculation did per request")
+    app.state.specdec = state
+
+    add_error_handlers(app)
     app.include_router(router)
     app.include_router(api)
     if state.observers.telemetry is not None:

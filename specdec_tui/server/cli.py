@@ -21,13 +21,23 @@ def is_loopback(host: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec-serve", description=__doc__)
-    add_settings_flags(parser, only=("models", "decoding", "server", "telemetry", "tracking", "resilience"))
+    parser.add_argument("--ray", action="store_true",
+                        help="serve from engine replicas on a Ray cluster (the [ray] settings; needs the ray extra)")
+    add_settings_flags(parser, only=("models", "decoding", "server", "telemetry", "tracking", "resilience", "ray"))
     args = parser.parse_args(argv)
     settings = settings_or_exit(args, parser.prog)
     server = settings.server
     if not is_loopback(server.host) and server.api_key is None:
         print(f"specdec-serve: warning: listening on {server.host} with no API key: anyone who can reach "
               "this address can use the models (set server.api_key)", file=sys.stderr)
+    if args.ray:
+        try:
+            from specdec_tui.scaleout.launch import serve_on_ray
+        except ImportError as exc:
+            print(f"specdec-serve: error: --ray needs Ray Serve ({exc}); install the ray extra: "
+                  "pip install -e '.[ray]'", file=sys.stderr)
+            return 2
+        return serve_on_ray(settings)
     return serve(settings)
 
 

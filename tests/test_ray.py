@@ -1,0 +1,200 @@
+"""specdec-serve --ray on a real local Ray cluster: engine replicas of the tiny pair behind one endpoint.
+
+The cluster is started here with a fixed number of CPUs, on loopback, and torn down after; each
+deployment is taken down by the test that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray import serve
+from ray_models import tiny_draft, tiny_replica_pair
+from serving import free_port, serving_settings, tiny_runtime
+
+from specdec_tui.config import RaySettings, Settings
+from specdec_tui.runtime import Runtime
+from specdec_tui.scaleout.frontend import REPLICA_HEADER
+from specdec_tui.scaleout.launch import APP_NAME, deploy, undeploy
+
+TESTS = Path(__file__).parent
+TIMEOUT = 60
+MAX_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    ray.init(num_cpus=4, include_dashboard=False, namespace="specdec", log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(TESTS), "HF_HUB_OFFLINE": "1",
+                                       "TRANSFORMERS_VERBOSITY": "error"}})
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def ray_settings(**ray_fields: Any) -> Settings:
+    settings = serving_settings(queue_size=32, request_timeout=TIMEOUT)
+    server = settings.server.model_copy(update={"port": free_port()})
+    return settings.model_copy(update={"server": server, "ray": RaySettings(**ray_fields)})
+
+
+@contextlib.contextmanager
+def deployed(settings: Settings, delay: float = 0.0, draft_factory: bool = False) -> Iterator[str]:
+    """The application on the running cluster, serving the tiny pair; yields its base URL."""
+    deploy(settings, functools.partial(tiny_replica_pair, delay=delay), tiny_draft if draft_factory else None)
+    try:
+        yield f"http://127.0.0.1:{settings.server.port}"
+    finally:
+        undeploy()
+        serve.shutdown()
+
+
+def expected_reply(runtime: Runtime, messages: list[dict[str, str]], mode: str = "hybrid") -> str:
+    """The single-process server's greedy reply: the engine's, on the same tiny pair."""
+    events = list(runtime.reply(messages, runtime.params(max_new_tokens=MAX_TOKENS, temperature=0.0), mode))
+    return events[-1].text
+
+
+@pytest.fixture(scope="module")
+def single_process() -> Runtime:
+    return tiny_runtime()
+
+
+def conversation(i: int) -> list[dict[str, str]]:
+    return [{"role": "system", "content": f"You answer question {i}."},
+            {"role": "user", "content": ["def add(a, b):", "for i in range(10):", "class Point:"][i % 3] + f" #{i}"}]
+
+
+async def ask_all(url: str, conversations: list[list[dict[str, str]]], stream_every: int = 2) -> list[Any]:
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", timeout=TIMEOUT, max_retries=0)
+
+    async def ask(i: int, messages: list[dict[str, str]]) -> tuple[str, str]:
+        if i % stream_every:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="tiny-qwen2", messages=messages, max_tokens=MAX_TOKENS, temperature=0)
+            return raw.parse().choices[0].message.content, raw.headers[REPLICA_HEADER]
+        async with client.chat.completions.with_streaming_response.create(
+                model="tiny-qwen2", messages=messages, max_tokens=MAX_TOKENS, temperature=0, stream=True) as raw:
+            text = "".join([c.choices[0].delta.content or "" async for c in await raw.parse() if c.choices])
+            return text, raw.headers[REPLICA_HEADER]
+
+    try:
+        return await asyncio.gather(*(ask(i, m) for i, m in enumerate(conversations)), return_exceptions=True)
+    finally:
+        await client.close()
+
+
+def test_sixteen_concurrent_requests_over_two_replicas_are_all_answered_as_the_single_server_answers(
+        cluster: None, single_process: Runtime):
+    conversations = [conversation(i) for i in range(16)]
+    with deployed(ray_settings(replicas=2)) as url:
+        results = asyncio.run(ask_all(url, conversations))
+        time.sleep(1.5)  # a replica posts its state every second
+        health = httpx.get(f"{url}/health", timeout=TIMEOUT).json()
+        metrics = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert not failures, failures
+    assert [text for text, _ in results] == [expected_reply(single_process, m) for m in conversations]
+    replicas = {replica for _, replica in results}
+    assert len(replicas) == 2, f"one replica answered all 16: {replicas}"
+    assert health["status"] == "ok" and health["replicas"]["ready"] == 2 and health["replicas"]["capacity"] == 2
+    assert set(health["per_replica"]) == replicas
+    assert 'specdec:request_success_total{finished_reason="length"} 16.0' in metrics
+
+
+def test_a_conversations_turns_go_to_the_replica_that_holds_its_cache(cluster: None):
+    client = httpx.Client(timeout=TIMEOUT)
+    with deployed(ray_settings(replicas=2)) as url:
+        homes = {}
+        for i in range(6):
+            messages = conversation(i)
+            turns = []
+            for turn in range(3):
+                response = client.post(f"{url}/v1/chat/completions", json={
+                    "model": "tiny-qwen2", "messages": messages, "max_tokens": 4, "temperature": 0})
+                assert response.status_code == 200, response.text
+                turns.append(response.headers[REPLICA_HEADER])
+                reply = response.json()["choices"][0]["message"]["content"]
+                messages = [*messages, {"role": "assistant", "content": reply},
+                            {"role": "user", "content": f"and then {turn}?"}]
+            assert len(set(turns)) == 1, f"conversation {i} moved between replicas: {turns}"
+            homes[i] = turns[0]
+    assert len(set(homes.values())) == 2, "every conversation went to one replica"
+
+
+def test_merged_metrics_are_the_sum_of_each_replicas(cluster: None):
+    with deployed(ray_settings(replicas=2)) as url:
+        asyncio.run(ask_all(url, [conversation(i) for i in range(8)]))
+        time.sleep(1.5)  # a replica posts its metrics every second
+        merged = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
+        per_replica = httpx.get(f"{url}/metrics/replicas", timeout=TIMEOUT).text
+
+    def values(text: str, name: str) -> list[float]:
+        return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name)]
+
+    tokens = "specdec:generation_tokens_total"
+    assert values(merged, tokens) == [8.0 * MAX_TOKENS]
+    assert len(values(per_replica, tokens)) == 2 and sum(values(per_replica, tokens)) == 8.0 * MAX_TOKENS
+    assert 'specdec:ray_requests_routed_total{replica="' in merged
+
+
+def replica_actor(replica: str) -> Any:
+    return ray.get_actor(f"SERVE_REPLICA::{APP_NAME}#EngineReplica#{replica}", namespace="serve")
+
+
+def test_a_replica_killed_mid_load_loses_no_request_and_serve_restarts_it(cluster: None):
+    conversations = [conversation(i) for i in range(16)]
+    with deployed(ray_settings(replicas=2), delay=0.1) as url:
+        async def load_and_kill() -> list[Any]:
+            requests = asyncio.ensure_future(ask_all(url, conversations, stream_every=2))
+            await asyncio.sleep(2.0)
+            async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+                health = (await client.get(f"{url}/health")).json()
+            victim = min(health["per_replica"])
+            ray.kill(replica_actor(victim), no_restart=True)
+            return await requests
+
+        results = asyncio.run(load_and_kill())
+        answered = [r for r in results if not isinstance(r, BaseException)]
+        errors = [r for r in results if isinstance(r, BaseException)]
+        assert len(answered) + len(errors) == 16
+        assert len(answered) >= 8, errors
+        for exc in errors:  # a clean error the client can read, never a hang or a silent loss
+            assert isinstance(exc, openai.APIError), repr(exc)
+            assert "replica" in str(exc), str(exc)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            health = httpx.get(f"{url}/health", timeout=TIMEOUT).json()
+            if health["replicas"]["ready"] == 2:
+                break
+            assert health["replicas"]["ready"] >= 1
+            time.sleep(1)
+        assert health["replicas"]["ready"] == 2, health
+        after = asyncio.run(ask_all(url, conversations[:4]))
+        assert all(not isinstance(r, BaseException) for r in after), after
+        front = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
+    lost = sum(float(line.rsplit(" ", 1)[1]) for line in front.splitlines()
+               if line.startswith("specdec:ray_replica_lost_total"))
+    assert lost >= 1, "the kill hit no request in flight: the test did not test anything"
+    print(f"\nkilled replica: {len(answered)} of 16 answered, {len(errors)} clean errors, "
+          f"{lost:g} requests lost their replica ({[str(e)[:60] for e in errors]})")
+
+
+def test_the_draft_model_in_its_own_actor_writes_the_same_replies(cluster: None, single_process: Runtime):
+    conversations = [conversation(i) for i in range(3)]
+    with deployed(ray_settings(replicas=1, draft_actor=True), draft_factory=True) as url:
+        results = asyncio.run(ask_all(url, conversations))
+    assert [text for text, _ in results] == [expected_reply(single_process, m) for m in conversations]

@@ -382,6 +382,22 @@ def test_the_load_check_reports_every_request_of_every_level(runtime: Runtime, c
     assert len(rows) == 8 and all(r["status"] == 200 and r["tokens"] == 6 for r in rows)
 
 
+def test_the_load_check_compares_servers_request_by_request_and_times_follow_up_turns(runtime: Runtime, capsys,
+                                                                                       tmp_path):
+    with running_server(runtime) as (first, _), running_server(tiny_runtime(delay=0.02)) as (slower, _):
+        code = cli.main(["serve", "--url", first, "--url", slower, "--concurrency", "1", "--requests", "3",
+                         "--max-tokens", "6", "--follow-up", "--out", str(tmp_path / "rows.jsonl")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    paired = re.search(rf"^\| {re.escape(first)} \| 3 \| .* \| 1\.000x \| 1\.000x \|$", out, re.MULTILINE)
+    assert paired, out
+    slow_row = re.search(rf"^\| {re.escape(slower)} \| 3 \| .* \| ([\d.]+)x \| ([\d.]+)x \|$", out, re.MULTILINE)
+    assert slow_row and float(slow_row.group(1)) > 1.0 and float(slow_row.group(2)) < 1.0, out
+    assert re.search(rf"^\| {re.escape(first)} \| 3 \| \d+ / \d+ \| – \|$", out, re.MULTILINE), out
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(r["tokens"] == 6 and r["text"] for r in rows)
+
+
 def test_the_load_check_counts_designed_503s_apart_from_errors(capsys):
     with running_server(tiny_runtime(delay=0.03), queue_size=0) as (url, _):
         code = cli.main(["serve", "--url", url, "--concurrency", "4", "--requests", "4", "--max-tokens", "20"])

@@ -155,6 +155,8 @@ class RaySettings(BaseModel):
     target_ongoing_requests: float = Field(1.0, gt=0, description="with replicas = auto: requests per replica "
                                            "the autoscaler aims at")
     cpus_per_replica: float = Field(1.0, gt=0, description="CPUs each replica reserves (and its torch threads)")
+    gpus_per_replica: float = Field(0.0, ge=0, description="GPUs each replica reserves (1 with models.device "
+                                    "= cuda: a replica per GPU)")
     max_ongoing_requests: int = Field(1, ge=1, description="requests a replica takes at once (its engine "
                                       "decodes one; more wait in its own queue)")
     affinity: bool = Field(True, description="send a conversation's turns to the replica holding its KV cache")

@@ -19,11 +19,12 @@ import openai
 import pytest
 
 ray = pytest.importorskip("ray")
+from otlp_receiver import otlp_receiver
 from ray import serve
 from ray_models import tiny_draft, tiny_replica_pair
 from serving import free_port, serving_settings, tiny_runtime
 
-from specdec_tui.config import RaySettings, Settings
+from specdec_tui.config import RaySettings, Settings, TelemetrySettings
 from specdec_tui.runtime import Runtime
 from specdec_tui.scaleout.frontend import REPLICA_HEADER
 from specdec_tui.scaleout.launch import APP_NAME, deploy, undeploy
@@ -37,7 +38,9 @@ MAX_TOKENS = 12
 def cluster() -> Iterator[None]:
     ray.init(num_cpus=4, include_dashboard=False, namespace="specdec", log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(TESTS), "HF_HUB_OFFLINE": "1",
-                                       "TRANSFORMERS_VERBOSITY": "error"}})
+                                       "TRANSFORMERS_VERBOSITY": "error",
+                                       # spans leave the replicas within half a second, not five
+                                       "OTEL_BSP_SCHEDULE_DELAY": "500"}})
     try:
         yield
     finally:
@@ -198,3 +201,28 @@ def test_the_draft_model_in_its_own_actor_writes_the_same_replies(cluster: None,
     with deployed(ray_settings(replicas=1, draft_actor=True), draft_factory=True) as url:
         results = asyncio.run(ask_all(url, conversations))
     assert [text for text, _ in results] == [expected_reply(single_process, m) for m in conversations]
+
+
+def test_a_requests_trace_runs_from_the_front_into_the_replica(cluster: None):
+    server_kind = 2  # SPAN_KIND_SERVER
+    with otlp_receiver() as (endpoint, received):
+        settings = ray_settings(replicas=1).model_copy(update={"telemetry": TelemetrySettings(
+            enabled=True, exporter="otlp", endpoint=endpoint, step_spans=False)})
+        with deployed(settings) as url:
+            response = httpx.post(f"{url}/v1/chat/completions", timeout=TIMEOUT, json={
+                "model": "tiny-qwen2", "messages": conversation(0), "max_tokens": 4, "temperature": 0})
+            assert response.status_code == 200, response.text
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                spans = received.snapshot()
+                chat = [s for s in spans if s.name == "chat tiny-qwen2"]
+                if chat and len({s.span_id for s in spans if s.trace_id == chat[0].trace_id}) >= 3:
+                    break
+                time.sleep(0.5)
+    assert chat, f"no reply span arrived: {[s.name for s in spans]}"
+    by_id = {s.span_id: s for s in spans if s.trace_id == chat[0].trace_id}
+    replica_request = by_id[chat[0].parent_id]
+    front_request = by_id[replica_request.parent_id]
+    assert replica_request.kind == server_kind and replica_request.name == "POST /v1/chat/completions"
+    # The replica's request span has a parent only because the front's trace context crossed over.
+    assert front_request.kind == server_kind and front_request.parent_id == ""

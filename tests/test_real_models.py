@@ -116,3 +116,34 @@ def test_injected_faults_on_the_real_pair_leave_the_greedy_reply_identical(pair:
           f"draft passes failed, {breakers.target.log.trips} trips; identical: {injured.token_ids == clean.token_ids}")
     assert injured.token_ids == clean.token_ids
     assert injured.summary.target_failures > 0 and injured.summary.degraded_tokens == 0
+
+
+def test_the_default_pair_in_one_ray_replica_answers_as_the_engine_does(pair: ModelPair, engine: Engine):
+    """specdec-serve --ray on a local cluster: the replica loads the default pair from the cache itself."""
+    ray = pytest.importorskip("ray")
+    import openai
+    from ray import serve
+    from serving import free_port
+
+    from specdec_tui.config import RaySettings, ServerSettings
+    from specdec_tui.scaleout.launch import deploy, undeploy
+
+    settings = load_settings()[0].model_copy(update={"server": ServerSettings(host="127.0.0.1", port=free_port()),
+                                                     "ray": RaySettings(replicas=1, cpus_per_replica=2)})
+    question = "Write a Python function that reverses a string. Code only."
+    expected = reply(engine, pair, question, "hybrid", max_new_tokens=24, temperature=0.0)
+    ray.init(num_cpus=2, include_dashboard=False, namespace="specdec", log_to_driver=False,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}})
+    try:
+        deploy(settings)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{settings.server.port}/v1", api_key="unused",
+                               max_retries=0, timeout=300)
+        response = client.chat.completions.create(model=DEFAULT_TARGET, max_tokens=24, temperature=0,
+                                                  messages=[{"role": "user", "content": question}])
+    finally:
+        undeploy()
+        serve.shutdown()
+        ray.shutdown()
+    report = response.model_extra["speculative"]
+    print(f"\nthrough Ray, 24 tokens: {report['tokens_per_s']:.2f} tok/s, acceptance {report['acceptance_rate']}")
+    assert response.choices[0].message.content == expected.text and report["accepted_tokens"] > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -28,7 +29,7 @@ def replica_options(settings: Settings) -> dict[str, Any]:
         "max_ongoing_requests": rs.max_ongoing_requests,
         # Serve's queue in front of the replicas stands for the single server's queue.
         "max_queued_requests": max(1, settings.server.queue_size),
-        "ray_actor_options": {"num_cpus": rs.cpus_per_replica},
+        "ray_actor_options": {"num_cpus": rs.cpus_per_replica, "num_gpus": rs.gpus_per_replica},
     }
     if rs.replicas == "auto":
         options["autoscaling_config"] = {"min_replicas": rs.min_replicas, "max_replicas": rs.max_replicas,
@@ -36,10 +37,13 @@ def replica_options(settings: Settings) -> dict[str, Any]:
     else:
         options["num_replicas"] = rs.replicas
     if rs.affinity:
-        options["request_router_config"] = RequestRouterConfig(request_router_class=AffinityRouter)
+        # A waiting request asks again within 0.2 s of a replica freeing up (Serve's default: 0.5 s).
+        options["request_router_config"] = RequestRouterConfig(request_router_class=AffinityRouter,
+                                                               max_backoff_s=0.2)
     if rs.draft_actor and settings.models.draft is not None:
         # The replica in the first bundle, its draft actor in the second, on one node.
-        options["placement_group_bundles"] = [{"CPU": rs.cpus_per_replica}, {"CPU": rs.draft_cpus}]
+        replica_bundle = {"CPU": rs.cpus_per_replica, **({"GPU": rs.gpus_per_replica} if rs.gpus_per_replica else {})}
+        options["placement_group_bundles"] = [replica_bundle, {"CPU": rs.draft_cpus}]
         options["placement_group_strategy"] = "STRICT_PACK"
     return options
 
@@ -48,6 +52,32 @@ def build_application(settings: Settings, make_pair: PairFactory | None = None,
                       make_draft: DraftFactory | None = None, app_name: str = APP_NAME) -> serve.Application:
     engine = EngineReplica.options(**replica_options(settings)).bind(settings, app_name, make_pair, make_draft)
     return Frontend.bind(engine, settings, app_name)
+
+
+def application(args: dict[str, str]) -> serve.Application:
+    """The application for ``serve run`` / ``serve deploy`` / KubeRay (an application builder).
+
+    ``args`` are settings as ``group.name: value`` (``ray.replicas: "2"``), over the config file
+    (``config: path``) and ``SPECDEC_*`` variables, as on the command line.
+    """
+    return build_application(settings_from_builder_args(args))
+
+
+def settings_from_builder_args(args: dict[str, str]) -> Settings:
+    from pathlib import Path
+
+    from specdec_tui.config import load_settings
+
+    overrides: dict[str, dict[str, str]] = {}
+    for key, value in args.items():
+        if key == "config":
+            continue
+        group, _, name = key.partition(".")
+        if not name:
+            raise ValueError(f"application argument {key!r}: expected group.name (ray.replicas) or config")
+        overrides.setdefault(group, {})[name] = value
+    settings, _ = load_settings(overrides, config=Path(args["config"]) if "config" in args else None)
+    return settings
 
 
 def deploy(settings: Settings, make_pair: PairFactory | None = None, make_draft: DraftFactory | None = None,
@@ -70,6 +100,9 @@ def join_cluster(settings: Settings) -> bool:
     if rs.address:
         ray.init(address=rs.address, namespace="specdec", log_to_driver=False)
         return False
+    # Ray runs its workers at nice 15 so that its own daemons stay responsive; here the workers are
+    # the engines, and at 15 every daemon's wake-up takes the CPU from a decoding step.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(num_cpus=rs.num_cpus, include_dashboard=False, namespace="specdec", log_to_driver=False)
     return True
 
@@ -77,24 +110,25 @@ def join_cluster(settings: Settings) -> bool:
 def serve_on_ray(settings: Settings) -> int:
     """``specdec-serve --ray``: deploy, print where, serve until interrupted, then take it all down."""
     host, port = settings.server.host, settings.server.port
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl+C does
     started_cluster = join_cluster(settings)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    deployed = False
     try:
         print(f"specdec-serve: deploying {settings.ray.replicas} replica(s) of {settings.models.target} <- "
               f"{settings.models.draft or 'no draft'} on Ray", file=sys.stderr)
-        deploy(settings)
-    except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deployment: say why, once
-        print(f"specdec-serve: error: the Ray deployment failed: {exc}", file=sys.stderr)
-        if started_cluster:
-            ray.shutdown()
-        return 1
-    print(f"specdec-serve: ready on Ray: http://{host}:{port}/v1 (Ctrl+C stops)", file=sys.stderr)
-    try:
-        stop.wait()
+        try:
+            deploy(settings)
+        except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deployment: say why, once
+            print(f"specdec-serve: error: the Ray deployment failed: {exc}", file=sys.stderr)
+            return 1
+        deployed = True
+        print(f"specdec-serve: ready on Ray: http://{host}:{port}/v1 (Ctrl+C stops)", file=sys.stderr)
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        print("specdec-serve: stopping", file=sys.stderr)
     finally:
-        undeploy()
+        if deployed:
+            undeploy()
         serve.shutdown()
         if started_cluster:
             ray.shutdown()

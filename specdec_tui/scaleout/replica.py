@@ -6,9 +6,12 @@ models are loaded, and a replica that fails to load is reported by Serve as a fa
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 from ray import serve
 
@@ -22,8 +25,30 @@ from specdec_tui.scaleout.draft_actor import DraftFactory, start_draft_actor
 PairFactory = Callable[[Settings], ModelPair]
 
 
+@contextlib.contextmanager
+def one_load_at_a_time(cache_dir: Path) -> Iterator[None]:
+    """Hold the machine's model-loading lock: replicas starting together load one after another.
+
+    A load peaks well above what the loaded pair holds, and two at once on one machine can exhaust
+    its memory; on a few cores they would not finish sooner side by side either.
+    """
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / ".replica-load.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def load_replica_pair(settings: Settings, make_pair: PairFactory | None, make_draft: DraftFactory | None) -> ModelPair:
     """The replica's pair: both models here, or with ``ray.draft_actor`` the draft in its own actor."""
+    with one_load_at_a_time(settings.models.cache_dir):
+        return _load_replica_pair(settings, make_pair, make_draft)
+
+
+def _load_replica_pair(settings: Settings, make_pair: PairFactory | None, make_draft: DraftFactory | None
+                       ) -> ModelPair:
     from specdec_tui.runtime import load_pair_for
 
     make_pair = make_pair or load_pair_for

@@ -160,6 +160,8 @@ class RaySettings(BaseModel):
     max_ongoing_requests: int = Field(1, ge=1, description="requests a replica takes at once (its engine "
                                       "decodes one; more wait in its own queue)")
     affinity: bool = Field(True, description="send a conversation's turns to the replica holding its KV cache")
+    front_replicas: int = Field(1, ge=1, description="replicas of the front that forwards requests (it holds no "
+                                "model; more only for very high request rates)")
     draft_actor: bool = Field(False, description="run the draft model in its own actor, beside the replica")
     draft_cpus: float = Field(1.0, gt=0, description="with draft_actor: CPUs the draft actor reserves")
 

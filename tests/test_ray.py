@@ -24,7 +24,7 @@ from ray import serve
 from ray_models import tiny_draft, tiny_replica_pair
 from serving import free_port, serving_settings, tiny_runtime
 
-from specdec_tui.config import RaySettings, Settings, TelemetrySettings
+from specdec_tui.config import FaultSettings, RaySettings, ResilienceSettings, Settings, TelemetrySettings
 from specdec_tui.runtime import Runtime
 from specdec_tui.scaleout.frontend import REPLICA_HEADER
 from specdec_tui.scaleout.launch import APP_NAME, deploy, undeploy
@@ -226,3 +226,19 @@ def test_a_requests_trace_runs_from_the_front_into_the_replica(cluster: None):
     assert replica_request.kind == server_kind and replica_request.name == "POST /v1/chat/completions"
     # The replica's request span has a parent only because the front's trace context crossed over.
     assert front_request.kind == server_kind and front_request.parent_id == ""
+
+
+def test_each_replica_has_its_own_circuit_breakers_and_health_shows_them(cluster: None):
+    settings = ray_settings(replicas=2).model_copy(update={
+        "faults": FaultSettings(target_raise=1.0), "resilience": ResilienceSettings(fail_max=1, reset_timeout=600)})
+    with deployed(settings) as url:
+        results = asyncio.run(ask_all(url, [conversation(i) for i in range(8)], stream_every=1))
+        time.sleep(1.5)  # a replica posts its state every second
+        health = httpx.get(f"{url}/health", timeout=TIMEOUT).json()
+    assert all(not isinstance(r, BaseException) for r in results), results
+    # Every target pass raises: each replica's own target circuit opened, and its draft wrote alone.
+    assert health["status"] == "degraded" and set(health["degraded"]) == set(health["per_replica"])
+    assert len(health["per_replica"]) == 2
+    for replica in health["per_replica"].values():
+        assert replica["breakers"] == {"target": "open", "draft": "closed"}
+        assert replica["fault_injection"]

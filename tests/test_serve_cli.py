@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from serving import free_port
 from tiny import perturbed, save_tiny, tiny_model, tiny_tokenizer
 
@@ -82,3 +83,44 @@ def test_models_that_fail_to_load_end_the_server_with_one_line(tmp_path: Path):
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("specdec-serve: error:")]
     assert len(errors) == 1 and "nope" in errors[0]
+
+
+def test_the_command_with_ray_serves_from_a_replica_and_takes_its_cluster_down_on_sigterm(tmp_path: Path):
+    pytest.importorskip("ray")
+    target = save_tiny(tmp_path / "target")
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    log_file = log_path.open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdec_tui.server.cli", "--ray", "--replicas", "1", "--target", str(target),
+         "--draft", str(target), "--precision", "fp32", "--draft-precision", "fp32", "--port", str(port),
+         "--cache-dir", str(tmp_path / "c")],
+        stdout=subprocess.DEVNULL, stderr=log_file, text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "SPECDEC_RAY__NUM_CPUS": "2"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "ready on Ray" not in log_path.read_text():
+            assert process.poll() is None, log_path.read_text()[-2000:]
+            assert time.monotonic() < deadline, "specdec-serve --ray did not become ready"
+            time.sleep(0.5)
+        assert httpx.get(f"{url}/health", timeout=10).json()["status"] == "ok"
+        response = httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+            "model": str(target), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+        assert response.status_code == 200, response.text
+        assert response.headers["x-specdec-replica"] and response.json()["usage"]["completion_tokens"] >= 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+            raise AssertionError("specdec-serve --ray did not stop on SIGTERM") from None
+    log_file.close()
+    log = log_path.read_text()
+    assert process.returncode == 0, log[-2000:]
+    assert "stopping" in log
+    leftovers = subprocess.run(["pgrep", "-f", "ray::ServeReplica"], check=False, capture_output=True,
+                               text=True).stdout
+    assert not leftovers, f"replica processes outlived the cluster: {leftovers}"

@@ -393,7 +393,7 @@ def test_the_load_check_compares_servers_request_by_request_and_times_follow_up_
     assert paired, out
     slow_row = re.search(rf"^\| {re.escape(slower)} \| 3 \| .* \| ([\d.]+)x \| ([\d.]+)x \|$", out, re.MULTILINE)
     assert slow_row and float(slow_row.group(1)) > 1.0 and float(slow_row.group(2)) < 1.0, out
-    assert re.search(rf"^\| {re.escape(first)} \| 3 \| \d+ / \d+ \| – \|$", out, re.MULTILINE), out
+    assert re.search(rf"^\| {re.escape(first)}, 1 clients \| 3 \| \d+ / \d+ \| – \|$", out, re.MULTILINE), out
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["tokens"] == 6 and r["text"] for r in rows)
 

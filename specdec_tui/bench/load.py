@@ -208,7 +208,7 @@ def format_paired(results: dict[str, list[RequestResult]]) -> str:
 
 def format_follow_ups(results: dict[str, list[RequestResult]]) -> str:
     """Second turns: how long their first token took, and how many left their first turn's replica."""
-    lines = ["| server | follow-up turns | TTFT p50 / p95 ms | moved to another replica |", "|---|---|---|---|"]
+    lines = ["| server, level | follow-up turns | TTFT p50 / p95 ms | moved to another replica |", "|---|---|---|---|"]
     for url, rows in results.items():
         ms = [1000 * r.ttft_s for r in rows if r.ttft_s is not None and r.error is None]
         named = [r for r in rows if r.replica is not None and r.first_replica is not None]
@@ -269,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     levels: dict[str, list[LevelSummary]] = {url: [] for url in args.url}
     results: dict[str, list[RequestResult]] = {url: [] for url in args.url}
+    by_level: dict[str, list[RequestResult]] = {}
     rows: list[dict[str, Any]] = []
     for n, concurrency in enumerate(args.levels):
         # Side by side: every server runs the level in turn, the first one alternating.
@@ -278,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                                                            args.follow_up))
             levels[url].append(summary)
             results[url].extend(level_results)
+            by_level[f"{url}, {concurrency} clients"] = level_results
             rows.extend({"url": url, "concurrency": concurrency, **dataclasses.asdict(r)} for r in level_results)
             print(f"{url}, {concurrency} clients: {summary.completed}/{len(bodies)} completed, "
                   f"{summary.errors} errors, {summary.tokens_per_s:.1f} tok/s", file=sys.stderr)
@@ -292,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_paired(results))
     if args.follow_up:
         print()
-        print(format_follow_ups(results))
+        print(format_follow_ups(by_level))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("".join(json.dumps(row) + "\n" for row in rows))

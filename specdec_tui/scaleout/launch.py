@@ -51,7 +51,7 @@ def replica_options(settings: Settings) -> dict[str, Any]:
 def build_application(settings: Settings, make_pair: PairFactory | None = None,
                       make_draft: DraftFactory | None = None, app_name: str = APP_NAME) -> serve.Application:
     engine = EngineReplica.options(**replica_options(settings)).bind(settings, app_name, make_pair, make_draft)
-    return Frontend.bind(engine, settings, app_name)
+    return Frontend.options(num_replicas=settings.ray.front_replicas).bind(engine, settings, app_name)
 
 
 def application(args: dict[str, str]) -> serve.Application:
@@ -110,8 +110,9 @@ def join_cluster(settings: Settings) -> bool:
 def serve_on_ray(settings: Settings) -> int:
     """``specdec-serve --ray``: deploy, print where, serve until interrupted, then take it all down."""
     host, port = settings.server.host, settings.server.port
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl+C does
     started_cluster = join_cluster(settings)
+    # SIGTERM stops it as Ctrl+C does. Set after ray.init, whose own handler would abort the process.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     deployed = False
     try:
         print(f"specdec-serve: deploying {settings.ray.replicas} replica(s) of {settings.models.target} <- "

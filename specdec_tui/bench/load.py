@@ -29,11 +29,10 @@ from typing import Any
 import httpx
 
 from specdec_tui.bench.suite import SuiteError, default_suite_path, load_suite
+from specdec_tui.scaleout import REPLICA_HEADER
 
 #: The question that opens every follow-up turn.
 FOLLOW_UP = "Thanks. Now explain that in two sentences."
-#: The response header that names the replica that answered (``specdec-serve --ray``).
-REPLICA_HEADER = "x-specdec-replica"
 
 
 @dataclass(frozen=True)
@@ -194,7 +193,7 @@ def format_paired(results: dict[str, list[RequestResult]]) -> str:
     def show(value: float | None, fmt: str) -> str:
         return "–" if value is None else format(value, fmt)
 
-    lines = [("| server | requests | TTFT p50 ms | decode tok/s p50 | draft ms/step | verify ms/step | "
+    lines = [("| server | requests | TTFT median ms | decode tok/s median | draft ms/step | verify ms/step | "
              "TTFT vs first | decode tok/s vs first |"), "|---|---|---|---|---|---|---|---|"]
     first = next(iter(results.values()))
     for url, rows in results.items():

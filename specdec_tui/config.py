@@ -441,14 +441,19 @@ def add_settings_flags(parser: argparse.ArgumentParser,
             group.add_argument(flag, dest=f"{section}.{name}", metavar=name.upper(), help=info.description)
 
 
-def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """The settings given on the command line, as nested groups (strings; pydantic converts)."""
+def nested_settings(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``group.name`` keys as nested groups (strings; pydantic converts); other keys and None values are skipped."""
     overrides: dict[str, dict[str, Any]] = {}
-    for key, value in vars(args).items():
+    for key, value in values.items():
         if "." in key and value is not None:
             section, name = key.split(".", 1)
             overrides.setdefault(section, {})[name] = value
     return overrides
+
+
+def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The settings given on the command line, as nested groups."""
+    return nested_settings(vars(args))
 
 
 def settings_from_args(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:

@@ -26,7 +26,7 @@ from serving import free_port, serving_settings, tiny_runtime
 
 from specdec_tui.config import FaultSettings, RaySettings, ResilienceSettings, Settings, TelemetrySettings
 from specdec_tui.runtime import Runtime
-from specdec_tui.scaleout.frontend import REPLICA_HEADER
+from specdec_tui.scaleout import REPLICA_HEADER
 from specdec_tui.scaleout.launch import APP_NAME, deploy, undeploy
 
 TESTS = Path(__file__).parent

@@ -23,6 +23,17 @@ def serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.Complete
                           timeout=120, env={**os.environ, **(env or {})}, check=False)
 
 
+def stop_with_sigterm(process: subprocess.Popen[str], timeout: float, what: str) -> None:
+    """SIGTERM ``process`` and wait ``timeout`` s for it to end; kill it and fail if it does not."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+        raise AssertionError(f"{what} did not stop on SIGTERM") from None
+
+
 def test_show_settings_hides_the_api_key_and_a_bad_value_is_one_line():
     shown = serve("--show-settings", env={"SPECDEC_SERVER__API_KEY": "s3cret"})
     assert shown.returncode == 0
@@ -64,13 +75,7 @@ def test_the_command_serves_tiny_model_folders_and_stops_on_sigterm(tmp_path: Pa
         assert reply.model_extra["speculative"]["mode"] == "hybrid"
         assert reply.usage.completion_tokens >= 1
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-            raise AssertionError("specdec-serve did not stop on SIGTERM") from None
+        stop_with_sigterm(process, 20, "specdec-serve")
     # uvicorn shuts down gracefully, then re-raises the signal so the parent sees why it ended.
     assert process.returncode in (0, -signal.SIGTERM)
     log = process.stderr.read() if process.stderr else ""
@@ -110,13 +115,7 @@ def test_the_command_with_ray_serves_from_a_replica_and_takes_its_cluster_down_o
         assert response.status_code == 200, response.text
         assert response.headers["x-specdec-replica"] and response.json()["usage"]["completion_tokens"] >= 1
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-            raise AssertionError("specdec-serve --ray did not stop on SIGTERM") from None
+        stop_with_sigterm(process, 60, "specdec-serve --ray")
     log_file.close()
     log = log_path.read_text()
     assert process.returncode == 0, log[-2000:]

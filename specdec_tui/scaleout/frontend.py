@@ -23,6 +23,7 @@ from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from specdec_tui.config import Settings
+from specdec_tui.scaleout import REPLICA_HEADER
 from specdec_tui.scaleout.asgi import HTTPCall, ResponseBody, ResponseStart
 from specdec_tui.scaleout.board import Notice, open_board
 from specdec_tui.scaleout.merged_metrics import merge_expositions
@@ -32,8 +33,6 @@ from specdec_tui.server.schema import ErrorBody
 
 #: Times a request whose replica died before answering is sent to another.
 RETRIES = 2
-#: The header that says which replica answered.
-REPLICA_HEADER = "x-specdec-replica"
 #: Response headers the front sets itself.
 HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "date", "server"})
 LOST = (ActorDiedError, ActorUnavailableError, RayActorError)
@@ -107,7 +106,7 @@ class Frontend:
         ready = [n for n in notices if n.ready]
         rs = self.settings.ray
         expected = rs.replicas if isinstance(rs.replicas, int) else rs.min_replicas
-        degraded = [n.replica for n in ready if n.health.get("status") == "degraded"]
+        degraded = {n.replica: n.health["degraded"] for n in ready if n.health.get("status") == "degraded"}
         status = ("unavailable" if not ready else "degraded" if len(ready) < expected or degraded else "ok")
         body: dict[str, Any] = {
             "status": status,
@@ -124,7 +123,7 @@ class Frontend:
             "per_replica": {n.replica: n.health for n in notices},
         }
         if degraded:
-            body["degraded"] = {n.replica: n.health["degraded"] for n in ready if n.replica in degraded}
+            body["degraded"] = degraded
         return JSONResponse(body, status_code=200 if ready else 503)
 
     async def exposition(self, per_replica: bool) -> Response:

@@ -66,17 +66,12 @@ def application(args: dict[str, str]) -> serve.Application:
 def settings_from_builder_args(args: dict[str, str]) -> Settings:
     from pathlib import Path
 
-    from specdec_tui.config import load_settings
+    from specdec_tui.config import load_settings, nested_settings
 
-    overrides: dict[str, dict[str, str]] = {}
-    for key, value in args.items():
-        if key == "config":
-            continue
-        group, _, name = key.partition(".")
-        if not name:
+    for key in args:
+        if key != "config" and "." not in key:
             raise ValueError(f"application argument {key!r}: expected group.name (ray.replicas) or config")
-        overrides.setdefault(group, {})[name] = value
-    settings, _ = load_settings(overrides, config=Path(args["config"]) if "config" in args else None)
+    settings, _ = load_settings(nested_settings(args), config=Path(args["config"]) if "config" in args else None)
     return settings
 
 

@@ -23,12 +23,14 @@ def _value(value: float) -> str:
     return repr(float(value))
 
 
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _labels(labels: Labels) -> str:
     if not labels:
         return ""
-    inner = ",".join(f'{key}="{value.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-                     for key, value in labels)
-    return "{" + inner + "}"
+    return "{" + ",".join(f'{key}="{_escaped(value)}"' for key, value in labels) + "}"
 
 
 class _Family:

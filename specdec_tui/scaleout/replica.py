@@ -13,13 +13,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+import torch
 from ray import serve
 
 from specdec_tui.config import Settings
 from specdec_tui.models.loader import ModelPair
+from specdec_tui.observability.setup import observers_from_settings
+from specdec_tui.runtime import Runtime, load_pair_for
 from specdec_tui.scaleout.asgi import HTTPCall, ResponseBody, ResponseStart, asgi_response
 from specdec_tui.scaleout.board import POST_EVERY_S, Notice, open_board
 from specdec_tui.scaleout.draft_actor import DraftFactory, start_draft_actor
+from specdec_tui.server.app import ServerState, create_app, health_report
 
 #: Loads the pair the settings name (the tests pass one that builds the tiny pair).
 PairFactory = Callable[[Settings], ModelPair]
@@ -43,32 +47,19 @@ def one_load_at_a_time(cache_dir: Path) -> Iterator[None]:
 
 def load_replica_pair(settings: Settings, make_pair: PairFactory | None, make_draft: DraftFactory | None) -> ModelPair:
     """The replica's pair: both models here, or with ``ray.draft_actor`` the draft in its own actor."""
-    with one_load_at_a_time(settings.models.cache_dir):
-        return _load_replica_pair(settings, make_pair, make_draft)
-
-
-def _load_replica_pair(settings: Settings, make_pair: PairFactory | None, make_draft: DraftFactory | None
-                       ) -> ModelPair:
-    from specdec_tui.runtime import load_pair_for
-
     make_pair = make_pair or load_pair_for
-    if not settings.ray.draft_actor or settings.models.draft is None:
-        return make_pair(settings)
-    target_only = settings.model_copy(update={"models": settings.models.model_copy(update={"draft": None})})
-    target = make_pair(target_only).target
-    return ModelPair(target, start_draft_actor(settings, make_draft, target))
+    with one_load_at_a_time(settings.models.cache_dir):
+        if not settings.ray.draft_actor or settings.models.draft is None:
+            return make_pair(settings)
+        target_only = settings.model_copy(update={"models": settings.models.model_copy(update={"draft": None})})
+        target = make_pair(target_only).target
+        return ModelPair(target, start_draft_actor(settings, make_draft, target))
 
 
 @serve.deployment(graceful_shutdown_timeout_s=5, health_check_period_s=2)
 class EngineReplica:
     def __init__(self, settings: Settings, app_name: str, make_pair: PairFactory | None = None,
                  make_draft: DraftFactory | None = None) -> None:
-        import torch
-
-        from specdec_tui.observability.setup import observers_from_settings
-        from specdec_tui.runtime import Runtime
-        from specdec_tui.server.app import ServerState, create_app
-
         torch.set_num_threads(max(1, round(settings.ray.cpus_per_replica)))
         observers = observers_from_settings(settings)
         self.state = ServerState(settings, observers)
@@ -94,8 +85,6 @@ class EngineReplica:
             self.board.post.remote(self.notice())  # the board counts this request at once, not a second later
 
     def notice(self) -> Notice:
-        from specdec_tui.server.app import health_report
-
         health, status = health_report(self.state)
         return Notice(self.replica, time.time(), health, status, self.state.metrics.exposition().decode())
 

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from specdec_tui.scaleout.launch import APP_NAME, deploy, undeploy
 TESTS = Path(__file__).parent
 TIMEOUT = 60
 MAX_TOKENS = 12
+KILL_MAX_TOKENS = 48  # long enough that a killed replica is mid-reply
 
 
 @pytest.fixture(scope="module")
@@ -81,18 +82,25 @@ def conversation(i: int) -> list[dict[str, str]]:
             {"role": "user", "content": ["def add(a, b):", "for i in range(10):", "class Point:"][i % 3] + f" #{i}"}]
 
 
-async def ask_all(url: str, conversations: list[list[dict[str, str]]], stream_every: int = 2) -> list[Any]:
+async def ask_all(url: str, conversations: list[list[dict[str, str]]], stream_every: int = 2,
+                  max_tokens: int = MAX_TOKENS, on_stream_start: Callable[[str], None] | None = None) -> list[Any]:
+    """Every conversation at once (each ``stream_every``-th streamed); ``on_stream_start`` hears the
+    replica of each stream as its first chunk arrives, while that replica is still answering it."""
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", timeout=TIMEOUT, max_retries=0)
 
     async def ask(i: int, messages: list[dict[str, str]]) -> tuple[str, str]:
         if i % stream_every:
             raw = await client.chat.completions.with_raw_response.create(
-                model="tiny-qwen2", messages=messages, max_tokens=MAX_TOKENS, temperature=0)
+                model="tiny-qwen2", messages=messages, max_tokens=max_tokens, temperature=0)
             return raw.parse().choices[0].message.content, raw.headers[REPLICA_HEADER]
         async with client.chat.completions.with_streaming_response.create(
-                model="tiny-qwen2", messages=messages, max_tokens=MAX_TOKENS, temperature=0, stream=True) as raw:
-            text = "".join([c.choices[0].delta.content or "" async for c in await raw.parse() if c.choices])
-            return text, raw.headers[REPLICA_HEADER]
+                model="tiny-qwen2", messages=messages, max_tokens=max_tokens, temperature=0, stream=True) as raw:
+            parts = []
+            async for chunk in await raw.parse():
+                if on_stream_start and not parts:
+                    on_stream_start(raw.headers[REPLICA_HEADER])
+                parts.extend(c.delta.content or "" for c in chunk.choices)
+            return "".join(parts), raw.headers[REPLICA_HEADER]
 
     try:
         return await asyncio.gather(*(ask(i, m) for i, m in enumerate(conversations)), return_exceptions=True)
@@ -161,16 +169,17 @@ def replica_actor(replica: str) -> Any:
 def test_a_replica_killed_mid_load_loses_no_request_and_serve_restarts_it(cluster: None):
     conversations = [conversation(i) for i in range(16)]
     with deployed(ray_settings(replicas=2), delay=0.1) as url:
-        async def load_and_kill() -> list[Any]:
-            requests = asyncio.ensure_future(ask_all(url, conversations, stream_every=2))
-            await asyncio.sleep(2.0)
-            async with httpx.AsyncClient(timeout=TIMEOUT) as client:
-                health = (await client.get(f"{url}/health")).json()
-            victim = min(health["per_replica"])
-            ray.kill(replica_actor(victim), no_restart=True)
-            return await requests
+        killed: list[str] = []
 
-        results = asyncio.run(load_and_kill())
+        def kill_the_first_streaming_replica(replica: str) -> None:
+            # Its stream has just begun and has tens of target passes to go: the kill lands mid-request.
+            if not killed:
+                killed.append(replica)
+                ray.kill(replica_actor(replica), no_restart=True)
+
+        results = asyncio.run(ask_all(url, conversations, stream_every=2, max_tokens=KILL_MAX_TOKENS,
+                                      on_stream_start=kill_the_first_streaming_replica))
+        assert killed
         answered = [r for r in results if not isinstance(r, BaseException)]
         errors = [r for r in results if isinstance(r, BaseException)]
         assert len(answered) + len(errors) == 16

@@ -68,7 +68,7 @@ class ModelSettings(BaseModel):
         32768, ge=0, description="draft output head keeps only the first N token ids (faster drafts); 0 = all"
     )
     device: str = Field("auto", description="auto, cpu or cuda")
-    cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="converted models")
+    cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="presets' GGUF files and packed weights")
 
 
 class DecodingSettings(BaseModel):

@@ -296,7 +296,7 @@ def test_draft_and_target_logits_of_different_widths(extra_draft: int, extra_tar
     target = tiny_model("qwen2", vocab_size=width + extra_target)
     draft = perturbed(tiny_model("qwen2", vocab_size=width + extra_draft), 0.0)
     engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=runner_for(draft, "fp32"),
-                    eos_ids=eos_token_ids(target, tiny_tokenizer()), max_context=context_length(target),
+                    eos_ids=eos_token_ids(target.generation_config, tiny_tokenizer()), max_context=context_length(target.config),
                     vocab_size=target.config.vocab_size)
     reference = run(engine, "target", fixed(max_new_tokens=30)).token_ids
     for temperature in (0.0, 0.8):
@@ -370,10 +370,10 @@ def test_the_drafter_reports_how_much_it_had_to_catch_up():
 def test_a_trimmed_draft_head_only_proposes_kept_ids_and_stays_lossless():
     target = tiny_model("qwen2")
     draft = perturbed(target, 0.02, seed=1)
-    trimmed = FastLlama(draft, "fp32", exact=False, head_tokens=200, keep_tokens=(2, 250))
+    trimmed = FastLlama.from_model(draft, "fp32", exact=False, head_tokens=200, keep_tokens=(2, 250))
     logits = trimmed.forward(PROMPT, 1)[0]
     assert torch.isinf(logits[200:]).sum() == len(tiny_tokenizer()) - 201  # all past 200 but id 250
-    whole = FastLlama(draft, "fp32", exact=False).forward(PROMPT, 1)[0]
+    whole = FastLlama.from_model(draft, "fp32", exact=False).forward(PROMPT, 1)[0]
     kept = [*range(200), 250]
     assert torch.allclose(logits[kept], whole[kept], atol=1e-5)  # each kept id has its own logit
     trimmed.reset()

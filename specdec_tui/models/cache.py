@@ -22,7 +22,7 @@ from pathlib import Path
 from specdec_tui.models.errors import ModelError
 
 MANIFEST = "specdec-manifest.json"
-FORMAT = 1
+FORMAT = 2  # 2: presets keep their GGUF; loads read packed entries
 SAMPLE_BYTES = 1 << 16
 
 

@@ -25,12 +25,13 @@ def cmd_list(cache: ModelCache, names: list[str]) -> int:
         state = cache.check(preset.name)
         shown = "cached" if state is None else state
         print(f"  {preset.name:<22} {shown:<14} {preset.description}")
-    others = [key for key in cache.entries() if key not in PRESETS]
-    if others:
-        print("converted GGUF files:")
-        for key in others:
+    packed = [key for key in cache.entries() if key not in PRESETS]
+    if packed:
+        print("packed for loading (made at the first load of each model, role and precision):")
+        for key in packed:
             state = cache.check(key)
-            print(f"  {key:<40} {'ok' if state is None else state}  {cache.entry(key).source.get('gguf', '')}")
+            shown = f"ok, {_size(cache.entry(key).bytes)}" if state is None else state
+            print(f"  {key:<48} {shown:<14} {cache.entry(key).source.get('packed_from', '')}")
     return 0
 
 
@@ -38,9 +39,9 @@ def cmd_fetch(cache: ModelCache, names: list[str]) -> int:
     progress = TerminalProgress()
     try:
         for name in names:
-            folder = local_source(parse_ref(name), cache, progress)
+            source = local_source(parse_ref(name), cache, progress)
             progress.close()
-            print(f"{name}: ready in {folder}")
+            print(f"{name}: ready in {source}")
     finally:
         progress.close()
     return 0
@@ -62,7 +63,11 @@ def cmd_verify(cache: ModelCache, names: list[str]) -> int:
 def cmd_remove(cache: ModelCache, names: list[str]) -> int:
     for name in names:
         key = name if name in cache.entries() else parse_ref(name).cache_key
-        print(f"{name}: {'removed' if cache.remove(key) else 'was not cached'}")
+        # A model's packed entries are named after it: they go with it.
+        removed = [entry for entry in cache.entries() if entry == key or entry.startswith(f"{key}.")]
+        for entry in removed:
+            cache.remove(entry)
+        print(f"{name}: {f'removed ({len(removed)} entries)' if removed else 'was not cached'}")
     return 0
 
 

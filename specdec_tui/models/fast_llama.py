@@ -19,14 +19,16 @@ its weights.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from functools import partial
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 
+from specdec_tui.models.embedding import DenseEmbedding, Embedding, embedding_from_tensors
 from specdec_tui.models.layers import Attention, RmsNorm, SwiGlu, attention, rms_norm, swiglu
-from specdec_tui.models.precision import PackProgress, pack_linears
+from specdec_tui.models.precision import PackProgress, linear_from_tensors, linear_tensors, pack_linears
 from specdec_tui.models.scripting import scripted
 
 SUPPORTED_TYPES = frozenset({"llama", "qwen2", "mistral"})
@@ -93,55 +95,68 @@ class LayerStack(nn.Module):
         return x
 
 
+#: A decoder layer's linears, in the order ``DecoderLayer`` takes them.
+LAYER_LINEARS = ("qkv", "out_proj", "gate_up", "down")
+#: Bumped when what a packed file holds, or how it is laid out, changes.
+PACKED_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """What the forward needs to know of a model's configuration."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    vocab: int
+    rope_theta: float
+    intermediate: int
+
+    @classmethod
+    def of(cls, config: PretrainedConfig) -> LlamaShape:
+        heads = config.num_attention_heads
+        return cls(heads, config.num_key_value_heads, getattr(config, "head_dim", None) or config.hidden_size // heads,
+                   config.rms_norm_eps, config.vocab_size, config.rope_parameters["rope_theta"],
+                   config.intermediate_size)
+
+
+@dataclass
+class LayerWeights:
+    linears: list[nn.Module]  # in LAYER_LINEARS order
+    norm_in: torch.Tensor
+    norm_post: torch.Tensor
+
+
 class FastLlama:
     def __init__(
         self,
-        model: PreTrainedModel,
-        precision: str,
-        exact: bool = True,
+        shape: LlamaShape,
+        embedding: Embedding,
+        final_norm: torch.Tensor,
+        layers: list[LayerWeights],
+        head: nn.Module,
         head_tokens: int | None = None,
-        keep_tokens: tuple[int, ...] = (),
-        on_packed: PackProgress = lambda done, total: None,
+        extra_ids: torch.Tensor | None = None,
     ) -> None:
-        config = model.config
-        self.heads = config.num_attention_heads
-        self.kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        self.eps = config.rms_norm_eps
-        self.vocab = config.vocab_size
-        decoder = model.model
-        # Copies, not views: a view of a loaded weight keeps the whole memory-mapped file resident.
-        self.embed = decoder.embed_tokens.weight.detach().float().clone()
-        self.input_vocab = self.embed.shape[0]
-        self.final_norm = rms_norm(decoder.norm.weight, self.eps)
-
-        head = model.lm_head
+        self.shape = shape
+        self.heads, self.kv_heads, self.head_dim = shape.heads, shape.kv_heads, shape.head_dim
+        self.eps, self.vocab = shape.eps, shape.vocab
+        self.embedding = embedding
+        self.input_vocab = embedding.rows_total
+        self.final_norm = rms_norm(final_norm, self.eps)
         #: The head's rows are ids 0 .. head_tokens - 1, then ``extra_ids``; None: the whole vocabulary.
-        self.head_tokens: int | None = None
-        self.extra_ids = torch.empty(0, dtype=torch.long)
-        if head_tokens and head_tokens < self.vocab:
-            self.head_tokens = head_tokens
-            self.extra_ids = torch.tensor(sorted({t for t in keep_tokens if t >= head_tokens}), dtype=torch.long)
-            head = _head_rows(head, torch.cat([torch.arange(head_tokens), self.extra_ids]))
-        # Fused weights are made as each is packed, so only a few fp32 copies exist at a time.
-        linears: list[nn.Linear | Callable[[], nn.Linear]] = []
-        for layer in decoder.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            linears += [partial(_fused, attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj,
-                        partial(_fused, mlp.gate_proj, mlp.up_proj), mlp.down_proj]
-        packed = pack_linears([*linears, head], precision, exact, on_packed)
-        self.head = packed[-1]
+        self.head_tokens = head_tokens
+        self.extra_ids = torch.empty(0, dtype=torch.long) if extra_ids is None else extra_ids
+        self.head = head
         self.layers = [
-            DecoderLayer(
-                packed[4 * i : 4 * i + 4],
-                (rms_norm(layer.input_layernorm.weight, self.eps), rms_norm(layer.post_attention_layernorm.weight, self.eps)),
-                attention(self.heads, self.kv_heads, self.head_dim), swiglu(layer.mlp.gate_proj.out_features),
-            )
-            for i, layer in enumerate(decoder.layers)
+            DecoderLayer(layer.linears, (rms_norm(layer.norm_in, self.eps), rms_norm(layer.norm_post, self.eps)),
+                         attention(self.heads, self.kv_heads, self.head_dim), swiglu(shape.intermediate))
+            for layer in layers
         ]
         self.stack = scripted(LayerStack(self.layers))
 
-        theta = config.rope_parameters["rope_theta"]
+        theta = shape.rope_theta
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self.capacity = 0
         self.keys: list[torch.Tensor] = []
@@ -154,6 +169,84 @@ class FastLlama:
             for _ in range(2):
                 self.forward([0], 1)
             self.reset()
+
+    @classmethod
+    def from_model(
+        cls,
+        model: PreTrainedModel,
+        precision: str,
+        exact: bool = True,
+        head_tokens: int | None = None,
+        keep_tokens: tuple[int, ...] = (),
+        on_packed: PackProgress = lambda done, total: None,
+    ) -> FastLlama:
+        """The forward of ``model``'s weights packed at ``precision`` (``exact``: for a target)."""
+        shape = LlamaShape.of(model.config)
+        decoder = model.model
+        head = model.lm_head
+        extra_ids = None
+        if head_tokens and head_tokens < shape.vocab:
+            extra_ids = torch.tensor(sorted({t for t in keep_tokens if t >= head_tokens}), dtype=torch.long)
+            head = _head_rows(head, torch.cat([torch.arange(head_tokens), extra_ids]))
+        else:
+            head_tokens = None
+        # Fused weights are made as each is packed, so only a few fp32 copies exist at a time.
+        linears: list[nn.Linear | Callable[[], nn.Linear]] = []
+        for layer in decoder.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            linears += [partial(_fused, attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj,
+                        partial(_fused, mlp.gate_proj, mlp.up_proj), mlp.down_proj]
+        packed = pack_linears([*linears, head], precision, exact, on_packed)
+        layers = [
+            # Copies, not views: a view of a loaded weight keeps the whole memory-mapped file resident.
+            LayerWeights(packed[4 * i : 4 * i + 4], layer.input_layernorm.weight.detach().float().clone(),
+                         layer.post_attention_layernorm.weight.detach().float().clone())
+            for i, layer in enumerate(decoder.layers)
+        ]
+        embedding = DenseEmbedding(decoder.embed_tokens.weight.detach().float().clone())
+        final_norm = decoder.norm.weight.detach().float().clone()
+        return cls(shape, embedding, final_norm, layers, packed[-1], head_tokens, extra_ids)
+
+    def packed_state(self) -> tuple[dict[str, torch.Tensor], dict] | None:
+        """Every tensor of this forward, and what ``from_packed`` needs to put them back together;
+        None when a linear is of a kind that cannot be stored."""
+        tensors, embedding = self.embedding.tensors()
+        tensors.update({"final_norm": self.final_norm.weight, "extra_ids": self.extra_ids})
+        linears: dict[str, dict] = {}
+        named = [(f"layers.{i}.{name}", getattr(layer, name))
+                 for i, layer in enumerate(self.layers) for name in LAYER_LINEARS]
+        for prefix, module in [*named, ("head", self.head)]:
+            stored = linear_tensors(module)
+            if stored is None:
+                return None
+            kind, parts = stored
+            linears[prefix] = {"kind": kind, "in": module.in_features, "out": module.out_features}
+            tensors.update({f"{prefix}.{part}": tensor for part, tensor in parts.items()})
+        for i, layer in enumerate(self.layers):
+            tensors[f"layers.{i}.norm_in"] = layer.norm_in.weight
+            tensors[f"layers.{i}.norm_post"] = layer.norm_post.weight
+        meta = {"format": PACKED_FORMAT, "shape": asdict(self.shape), "layers": len(self.layers),
+                "head_tokens": self.head_tokens, "linears": linears, "embedding": embedding}
+        return {name: tensor.contiguous() for name, tensor in tensors.items()}, meta
+
+    @classmethod
+    def from_packed(cls, tensors: dict[str, torch.Tensor], meta: dict) -> FastLlama:
+        """The forward that ``packed_state`` described, using ``tensors`` in place (memory-mapped)."""
+        if meta.get("format") != PACKED_FORMAT:
+            raise ValueError(f"packed format {meta.get('format')}, expected {PACKED_FORMAT}")
+
+        def linear(prefix: str) -> nn.Module:
+            spec = meta["linears"][prefix]
+            parts = {name[len(prefix) + 1 :]: t for name, t in tensors.items() if name.startswith(prefix + ".")}
+            return linear_from_tensors(spec["kind"], parts, spec["in"], spec["out"])
+
+        layers = [
+            LayerWeights([linear(f"layers.{i}.{name}") for name in LAYER_LINEARS],
+                         tensors[f"layers.{i}.norm_in"], tensors[f"layers.{i}.norm_post"])
+            for i in range(meta["layers"])
+        ]
+        return cls(LlamaShape(**meta["shape"]), embedding_from_tensors(tensors, meta["embedding"]),
+                   tensors["final_norm"], layers, linear("head"), meta["head_tokens"], tensors["extra_ids"])
 
     def _grow(self, needed: int) -> None:
         capacity = max(needed, 2 * self.capacity)
@@ -182,7 +275,7 @@ class FastLlama:
         rows = len(ids)
         if self.length + rows > self.capacity:
             self._grow(self.length + rows)
-        x = self.embed[torch.tensor(ids)]
+        x = self.embedding.rows(torch.tensor(ids))
         cos, sin = self._rotary(rows)
         x = self.stack(x, cos, sin, self.keys, self.values, self.length)
         self.length += rows

@@ -1,27 +1,51 @@
-"""Loading a model reference into a ready model: resolved, fetched if needed, converted, prepared."""
+"""Loading a model reference into a ready model: resolved, fetched if needed, packed, prepared.
+
+A preset or a .gguf file is packed once for its role and precision into its own cache entry
+(``packed.safetensors`` with the tokenizer and config beside it). Later loads memory-map that file
+and use its tensors in place: no transformers model, no fp32 copy, no packing, and only the pages
+that are read become resident. A model from a GGUF file keeps that file's quantized embedding
+table (``embedding``), a fraction of its fp32 size.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
+from specdec_tui.models import quantized_kernels
 from specdec_tui.models.attention import ROW_EXACT, supports_row_exact
 from specdec_tui.models.cache import ModelCache
+from specdec_tui.models.embedding import DenseEmbedding, gguf_embedding
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama, supports_fast_llama
 from specdec_tui.models.hf_runner import HFRunner
 from specdec_tui.models.precision import PRECISIONS, PackProgress, apply_precision
 from specdec_tui.models.presets import PRESETS
 from specdec_tui.models.progress import Progress, ProgressFn, no_progress
-from specdec_tui.models.provision import convert_gguf, fetch_preset
+from specdec_tui.models.provision import PRESET_GGUF, fetch_preset, gguf_tensor_progress
 from specdec_tui.models.reference import ModelRef, parse_ref
 
 #: What runs a model's forward passes; both keep their own KV cache.
 Runner = FastLlama | HFRunner
+
+PACKED_WEIGHTS = "packed.safetensors"
+#: Precisions whose packed linears can be stored (fbgemm's packed fp16 lives only in memory).
+STORED_PRECISIONS = frozenset({"int8", "int4", "fp32"})
 
 
 @dataclass
@@ -73,21 +97,32 @@ def resolve_device(setting: str) -> torch.device:
 
 
 def local_source(ref: ModelRef, cache: ModelCache, progress: ProgressFn) -> str:
-    """A folder or hub id that transformers can load ``ref`` from, converting it first if needed."""
+    """Where transformers reads ``ref`` from: a .gguf file (a preset's is fetched first), a folder
+    or a hub id."""
     if ref.kind == "preset":
         return str(fetch_preset(PRESETS[ref.value], cache, progress))
-    if ref.kind == "gguf":
-        key = ref.cache_key
-        with cache.lock(key):
-            if cache.check(key) is not None:
-                convert_gguf(Path(ref.value), cache, key, {"gguf": ref.value}, progress)
-        return str(cache.path(key))
     return ref.value
 
 
-def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+def source_path(ref: ModelRef, cache: ModelCache) -> str:
+    """``local_source`` without fetching anything: where the weights are, or will be once fetched."""
+    return str(cache.path(ref.value) / PRESET_GGUF) if ref.kind == "preset" else ref.value
+
+
+def packed_key(ref: ModelRef, precision: str, role: str, head_tokens: int | None, device: torch.device) -> str | None:
+    """The cache entry holding ``ref`` packed for ``role`` at ``precision``, or None where none is
+    kept: a folder's or hub model's files can change behind the cache, and only the CPU forward packs."""
+    if ref.kind not in ("preset", "gguf") or device.type != "cpu" or precision not in STORED_PRECISIONS:
+        return None
+    if precision in ("int8", "int4") and not quantized_kernels.available():
+        return None
+    trimmed = f"-head{head_tokens}" if head_tokens else ""
+    return f"{ref.cache_key}.{role}-{precision}{trimmed}"
+
+
+def eos_token_ids(generation: GenerationConfig, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     ids: set[int] = set()
-    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+    for source in (generation.eos_token_id, tokenizer.eos_token_id):
         if isinstance(source, int):
             ids.add(source)
         elif source:
@@ -95,8 +130,7 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
     return frozenset(ids)
 
 
-def context_length(model: PreTrainedModel) -> int:
-    config = model.config
+def context_length(config: PretrainedConfig) -> int:
     for name in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
@@ -136,7 +170,7 @@ def make_runner(
     model.eval()
     model.requires_grad_(False)
     if device.type == "cpu" and supports_fast_llama(model):
-        return FastLlama(model, precision, exact, head_tokens, keep_tokens, on_packed)
+        return FastLlama.from_model(model, precision, exact, head_tokens, keep_tokens, on_packed)
     return HFRunner(prepare_model(model, precision, device, exact, on_packed))
 
 
@@ -148,14 +182,60 @@ def release_freed_memory() -> None:
         pass
 
 
-def _load_weights(source: str, name: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+def _load_weights(
+    source: str, name: str, progress: ProgressFn = no_progress
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    path = Path(source)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        if path.suffix.lower() == ".gguf":
+            with gguf_tensor_progress(name, progress):
+                tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+                model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            # Dequantized, the model is plain fp32; its GGUF quantizer marker would only block saving.
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     except Exception as exc:  # loaders raise many kinds for a bad file; all mean "cannot load"
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load {name}: {reason}") from exc
+        raise ModelError(f"cannot load {name}: {first_line(exc)}") from exc
     return tokenizer, model
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def store_packed(cache: ModelCache, key: str, runner: FastLlama, tokenizer: PreTrainedTokenizerBase,
+                 model: PreTrainedModel, source: dict) -> bool:
+    """Write ``runner``'s packed tensors with the tokenizer and config as cache entry ``key``; False
+    when its linears cannot be stored. A failed write (a full disk) is the caller's to report."""
+    state = runner.packed_state()
+    if state is None:
+        return False
+    tensors, meta = state
+    with cache.lock(key), cache.building(key, source) as scratch:
+        save_file(tensors, str(scratch / PACKED_WEIGHTS), metadata={"specdec": json.dumps(meta)})
+        tokenizer.save_pretrained(scratch)
+        model.config.save_pretrained(scratch)
+        model.generation_config.save_pretrained(scratch)
+    return True
+
+
+def load_packed(folder: Path, name: str) -> tuple[PreTrainedTokenizerBase, PretrainedConfig, GenerationConfig, FastLlama]:
+    """The tokenizer, config and memory-mapped forward of a packed cache entry."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        config = AutoConfig.from_pretrained(folder)
+        generation = GenerationConfig.from_pretrained(folder)
+        with safe_open(folder / PACKED_WEIGHTS, "pt") as handle:
+            meta = json.loads(handle.metadata()["specdec"])
+        runner = FastLlama.from_packed(load_file(folder / PACKED_WEIGHTS), meta)
+    except Exception as exc:  # a damaged entry: the caller packs it again
+        raise ModelError(f"cannot load the packed {name}: {first_line(exc)}") from exc
+    return tokenizer, config, generation, runner
 
 
 def load_model(
@@ -172,6 +252,16 @@ def load_model(
     if precision not in PRECISIONS:
         raise ModelError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     ref = parse_ref(reference)
+    key = packed_key(ref, precision, role, head_tokens, device)
+    if key is not None and cache.check(key) is None:
+        progress(Progress(reference, "load", 0, None, f"mapping the packed {precision} weights"))
+        try:
+            tokenizer, config, generation, runner = load_packed(cache.path(key), reference)
+        except ModelError as exc:
+            progress(Progress(reference, "rebuild", 0, None, f"{exc}; packing it again"))
+        else:
+            return _loaded(reference, None, runner, tokenizer, config, generation, precision, device, role,
+                           source_path(ref, cache))
     source = local_source(ref, cache, progress)
     progress(Progress(reference, "load", 0, None, f"reading {ref.kind} {ref.value}"))
     if ref.kind == "hub":
@@ -184,34 +274,49 @@ def load_model(
                 f"from the Hugging Face hub failed: {exc}"
             ) from exc
     else:
-        tokenizer, model = _load_weights(source, reference)
-    vocab_size = int(model.config.get_text_config().vocab_size)
+        tokenizer, model = _load_weights(source, reference, progress)
 
     def on_packed(done: int, total: int) -> None:
         progress(Progress(reference, "prepare", done, total, f"packing {precision} weights"))
 
-    eos_ids = eos_token_ids(model, tokenizer)
+    eos_ids = eos_token_ids(model.generation_config, tokenizer)
     specials = tuple(tokenizer.all_special_ids) + tuple(eos_ids)
     runner = make_runner(model, precision, device, role == "target", head_tokens, specials, on_packed)
-    loaded = LoadedModel(
-        name=reference,
-        # The lean forward holds packed copies; keeping the fp32 original too would double the memory.
-        model=model if isinstance(runner, HFRunner) else None,
-        runner=runner,
-        tokenizer=tokenizer,
-        precision=precision,
-        device=device,
-        max_context=context_length(model),
-        eos_ids=eos_ids,
-        vocab_size=vocab_size,
-        role=role,
-        source=source,
-    )
+    if isinstance(runner, FastLlama) and Path(source).suffix.lower() == ".gguf":
+        assert isinstance(runner.embedding, DenseEmbedding)
+        runner.embedding = gguf_embedding(Path(source), runner.embedding.weight) or runner.embedding
+    if key is not None and isinstance(runner, FastLlama):
+        progress(Progress(reference, "prepare", 0, None, "storing the packed weights for the next start"))
+        try:
+            store_packed(cache, key, runner, tokenizer, model,
+                         {"packed_from": reference, "role": role, "precision": precision, "head_tokens": head_tokens})
+        except ModelError as exc:  # the model is loaded; only the next start is slower
+            progress(Progress(reference, "prepare", 0, None, f"the packed weights were not stored: {exc}"))
+    # The lean forward holds packed copies; keeping the fp32 original too would double the memory.
+    kept = model if isinstance(runner, HFRunner) else None
+    loaded = _loaded(reference, kept, runner, tokenizer, model.config, model.generation_config, precision, device,
+                     role, source)
     del model
     release_freed_memory()
     return loaded
 
 
+def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer: PreTrainedTokenizerBase,
+            config: PretrainedConfig, generation: GenerationConfig, precision: str, device: torch.device,
+            role: str, source: str) -> LoadedModel:
+    return LoadedModel(
+        name=name,
+        model=model,
+        runner=runner,
+        tokenizer=tokenizer,
+        precision=precision,
+        device=device,
+        max_context=context_length(config),
+        eos_ids=eos_token_ids(generation, tokenizer),
+        vocab_size=int(config.get_text_config().vocab_size),
+        role=role,
+        source=source,
+    )
 def check_same_tokenizer(draft: LoadedModel, target: LoadedModel) -> None:
     """Speculation compares token ids, so both models must map text to ids the same way."""
     draft_vocab, target_vocab = draft.tokenizer.get_vocab(), target.tokenizer.get_vocab()

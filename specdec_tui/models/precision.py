@@ -202,6 +202,44 @@ class PackedInt4Linear(nn.Module):
         return with_leading_dims(out, x)
 
 
+#: The linear kinds a packed model file can hold, by name: each one's tensors, in order.
+STORABLE: dict[str, tuple[type[nn.Module], tuple[str, ...]]] = {
+    "int8": (PackedInt8Linear, ("packed", "scales", "column_sums")),
+    "int4": (PackedInt4Linear, ("packed", "scales", "minimums")),
+    "fp32": (nn.Linear, ("weight",)),
+}
+
+
+def linear_tensors(module: nn.Module) -> tuple[str, dict[str, torch.Tensor]] | None:
+    """``module``'s kind and the tensors ``linear_from_tensors`` makes it again from; None for a
+    kind that cannot be stored (fbgemm's packed objects live only in memory)."""
+    for kind, (cls, names) in STORABLE.items():
+        if type(module) is cls:
+            tensors = {name: getattr(module, name).detach() for name in names}
+            if module.bias is not None:
+                tensors["bias"] = module.bias.detach()
+            return kind, tensors
+    return None
+
+
+def linear_from_tensors(kind: str, tensors: dict[str, torch.Tensor], in_features: int, out_features: int) -> nn.Module:
+    """The linear that ``linear_tensors`` described, its tensors used as they are (memory-mapped, say)."""
+    cls, names = STORABLE[kind]
+    if cls is nn.Linear:
+        linear = nn.Linear(in_features, out_features, bias="bias" in tensors, device="meta")
+        linear.weight = nn.Parameter(tensors["weight"], requires_grad=False)
+        if "bias" in tensors:
+            linear.bias = nn.Parameter(tensors["bias"], requires_grad=False)
+        return linear
+    module = cls.__new__(cls)
+    nn.Module.__init__(module)
+    for name in names:
+        setattr(module, name, tensors[name])
+    module.bias = tensors.get("bias")
+    module.in_features, module.out_features = in_features, out_features
+    return module
+
+
 def _as_linear(module: nn.Module) -> nn.Linear | None:
     """``module`` as an ``nn.Linear``: GPT-2 style ``Conv1D`` (weight stored transposed) is converted."""
     if type(module) is nn.Linear:

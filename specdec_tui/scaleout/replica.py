@@ -33,8 +33,9 @@ PairFactory = Callable[[Settings], ModelPair]
 def one_load_at_a_time(cache_dir: Path) -> Iterator[None]:
     """Hold the machine's model-loading lock: replicas starting together load one after another.
 
-    A load peaks well above what the loaded pair holds, and two at once on one machine can exhaust
-    its memory; on a few cores they would not finish sooner side by side either.
+    The first load of a model packs it, peaking well above what the loaded pair holds, and two of
+    those at once on one machine can exhaust its memory; the replicas after it map the packed entry
+    that load wrote. On a few cores they would not finish sooner side by side either.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / ".replica-load.lock", "w") as lock:

@@ -24,7 +24,14 @@ from specdec_tui.models.embedding import GgufEmbedding, gguf_embedding
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama, LayerStack
 from specdec_tui.models.hf_runner import HFRunner
-from specdec_tui.models.loader import LoadedModel, check_same_tokenizer, load_model, load_pair, resolve_device
+from specdec_tui.models.loader import (
+    LoadedModel,
+    ModelPair,
+    check_same_tokenizer,
+    load_model,
+    load_pair,
+    resolve_device,
+)
 from specdec_tui.models.precision import DynamicInt8Linear, PackedInt8Linear, RowwiseInt8Linear
 from specdec_tui.models.presets import PRESETS, Preset
 from specdec_tui.models.progress import Progress
@@ -413,7 +420,7 @@ def test_a_packed_load_maps_the_stored_weights_builds_no_transformers_model_and_
     def no_transformers_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("a packed load built a transformers model")
 
-    monkeypatch.setattr(loader.AutoModelForCausalLM, "from_pretrained", no_transformers_model)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_transformers_model)
     mapped = load_model(str(tmp_path / "tiny.gguf"), precision=precision, device=CPU, cache=cache, role=role,
                         head_tokens=200 if role == "draft" else None)
     assert torch.equal(block_logits(mapped), block_logits(fresh))
@@ -549,3 +556,17 @@ def test_specdec_models_lists_verifies_and_removes_a_models_packed_entries(
     assert capsys.readouterr().out.count("every file matches its sha256") == 2
     assert main(["remove", gguf, *flags]) == 0
     assert "removed (2 entries)" in capsys.readouterr().out and cache.entries() == []
+
+
+def test_a_packed_pair_whose_tokenizer_files_match_makes_its_tokenizer_once(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "target.gguf")
+    save_tiny_gguf(tmp_path / "draft.gguf", seed=1)
+
+    def pair() -> ModelPair:
+        return load_pair(str(tmp_path / "target.gguf"), str(tmp_path / "draft.gguf"), precision="fp32",
+                         draft_precision="fp32", device="cpu", cache_dir=tmp_path / "cache")
+
+    pair()  # packs both
+    packed = pair()
+    assert packed.draft is not None and packed.draft.tokenizer is packed.target.tokenizer
+    assert packed.target.tokenizer.decode(packed.target.tokenizer.encode("def add(a, b):")) == "def add(a, b):"

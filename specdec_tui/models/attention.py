@@ -7,7 +7,8 @@ single step at that position would see, through the same SDPA call, so the rows 
 to single steps. Long blocks (prefill) take the ordinary causal kernel: prefill has the same shape
 in every mode.
 
-Registered with transformers under the name ``ROW_EXACT``; a model opts in through
+Registered with transformers under the name ``ROW_EXACT`` (by ``use_row_exact``, so that only a
+run with a transformers model imports its modeling stack); a model opts in through
 ``config._attn_implementation``. Batch size 1 without padding is assumed, which is how the engine
 runs, so no mask is built.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AttentionInterface
 
 ROW_EXACT = "specdec_row_exact"
 #: Blocks up to this many query rows are computed row by row.
@@ -67,7 +67,13 @@ def row_exact_attention(
     return torch.cat(outputs, dim=1), None
 
 
-AttentionInterface.register(ROW_EXACT, row_exact_attention)
+def use_row_exact(config: object) -> None:
+    """Point ``config``'s model at ``row_exact_attention`` where it covers the model's attention."""
+    if supports_row_exact(config):
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(ROW_EXACT, row_exact_attention)
+        config._attn_implementation = ROW_EXACT  # type: ignore[attr-defined]
 
 
 def supports_row_exact(config: object) -> bool:

@@ -93,6 +93,13 @@ class ModelCache:
         manifest = json.loads((self.path(key) / MANIFEST).read_text())
         return CacheEntry(key, self.path(key), manifest.get("source", {}))
 
+    def digest(self, key: str, names: tuple[str, ...]) -> str | None:
+        """One hash of the named files of ``key`` as its manifest records them; None if one is missing."""
+        files = json.loads((self.path(key) / MANIFEST).read_text())["files"]
+        if not all(name in files for name in names):
+            return None
+        return hashlib.sha256("".join(files[name]["sha256"] for name in names).encode()).hexdigest()
+
     def entries(self) -> list[str]:
         if not self.models.is_dir():
             return []

@@ -21,15 +21,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from transformers import PretrainedConfig, PreTrainedModel
 
 from specdec_tui.models.embedding import DenseEmbedding, Embedding, embedding_from_tensors
 from specdec_tui.models.layers import Attention, RmsNorm, SwiGlu, attention, rms_norm, swiglu
 from specdec_tui.models.precision import PackProgress, linear_from_tensors, linear_tensors, pack_linears
 from specdec_tui.models.scripting import scripted
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
 
 SUPPORTED_TYPES = frozenset({"llama", "qwen2", "mistral"})
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class HFRunner:

@@ -13,22 +13,21 @@ import ctypes
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import (
     AutoConfig,
-    AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
     PretrainedConfig,
-    PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
 from specdec_tui.models import quantized_kernels
-from specdec_tui.models.attention import ROW_EXACT, supports_row_exact
+from specdec_tui.models.attention import use_row_exact
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.embedding import DenseEmbedding, gguf_embedding
 from specdec_tui.models.errors import ModelError
@@ -40,10 +39,18 @@ from specdec_tui.models.progress import Progress, ProgressFn, no_progress
 from specdec_tui.models.provision import PRESET_GGUF, fetch_preset, gguf_tensor_progress
 from specdec_tui.models.reference import ModelRef, parse_ref
 
+if TYPE_CHECKING:
+    # transformers' modeling stack takes seconds to import; a load from the packed cache never needs it.
+    from transformers import PreTrainedModel
+
 #: What runs a model's forward passes; both keep their own KV cache.
 Runner = FastLlama | HFRunner
 
 PACKED_WEIGHTS = "packed.safetensors"
+#: What a tokenizer is made from: packed entries whose files match share one tokenizer object.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+#: Tokenizers already made in this load, by ``ModelCache.digest`` of their files.
+Tokenizers = dict[str, PreTrainedTokenizerBase]
 #: Precisions whose packed linears can be stored (fbgemm's packed fp16 lives only in memory).
 STORED_PRECISIONS = frozenset({"int8", "int4", "fp32"})
 
@@ -149,8 +156,7 @@ def prepare_model(
     model.eval()
     model.requires_grad_(False)
     apply_precision(model, precision, device, exact, on_packed)
-    if supports_row_exact(model.config):
-        model.config._attn_implementation = ROW_EXACT
+    use_row_exact(model.config)
     return model.to(device)
 
 
@@ -185,6 +191,8 @@ def release_freed_memory() -> None:
 def _load_weights(
     source: str, name: str, progress: ProgressFn = no_progress
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    from transformers import AutoModelForCausalLM
+
     path = Path(source)
     try:
         if path.suffix.lower() == ".gguf":
@@ -224,10 +232,19 @@ def store_packed(cache: ModelCache, key: str, runner: FastLlama, tokenizer: PreT
     return True
 
 
-def load_packed(folder: Path, name: str) -> tuple[PreTrainedTokenizerBase, PretrainedConfig, GenerationConfig, FastLlama]:
-    """The tokenizer, config and memory-mapped forward of a packed cache entry."""
+def load_packed(cache: ModelCache, key: str, name: str, tokenizers: Tokenizers) -> tuple[
+        PreTrainedTokenizerBase, PretrainedConfig, GenerationConfig, FastLlama]:
+    """The tokenizer, config and memory-mapped forward of packed cache entry ``key``."""
+    folder = cache.path(key)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        digest = cache.digest(key, TOKENIZER_FILES)
+        # A draft of the target's family has the target's tokenizer files: made once, it is a
+        # second or two of every start. (Only the target's chat template is ever used.)
+        tokenizer = tokenizers.get(digest) if digest else None
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            if digest:
+                tokenizers[digest] = tokenizer
         config = AutoConfig.from_pretrained(folder)
         generation = GenerationConfig.from_pretrained(folder)
         with safe_open(folder / PACKED_WEIGHTS, "pt") as handle:
@@ -247,8 +264,11 @@ def load_model(
     progress: ProgressFn = no_progress,
     role: str = "target",
     head_tokens: int | None = None,
+    tokenizers: Tokenizers | None = None,
 ) -> LoadedModel:
-    """Load ``reference`` as a ``role`` ("target" or "draft"): a target gets exact kernels."""
+    """Load ``reference`` as a ``role`` ("target" or "draft"): a target gets exact kernels.
+
+    Loads that pass the same ``tokenizers`` share a tokenizer where their files are the same."""
     if precision not in PRECISIONS:
         raise ModelError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     ref = parse_ref(reference)
@@ -256,7 +276,8 @@ def load_model(
     if key is not None and cache.check(key) is None:
         progress(Progress(reference, "load", 0, None, f"mapping the packed {precision} weights"))
         try:
-            tokenizer, config, generation, runner = load_packed(cache.path(key), reference)
+            tokenizer, config, generation, runner = load_packed(cache, key, reference,
+                                                                {} if tokenizers is None else tokenizers)
         except ModelError as exc:
             progress(Progress(reference, "rebuild", 0, None, f"{exc}; packing it again"))
         else:
@@ -319,6 +340,8 @@ def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer:
     )
 def check_same_tokenizer(draft: LoadedModel, target: LoadedModel) -> None:
     """Speculation compares token ids, so both models must map text to ids the same way."""
+    if draft.tokenizer is target.tokenizer:
+        return
     draft_vocab, target_vocab = draft.tokenizer.get_vocab(), target.tokenizer.get_vocab()
     if draft_vocab != target_vocab:
         differing = next(
@@ -345,10 +368,12 @@ def load_pair(
 ) -> ModelPair:
     cache = ModelCache(cache_dir)
     resolved = resolve_device(device)
-    target_model = load_model(target, precision=precision, device=resolved, cache=cache, progress=progress)
+    tokenizers: Tokenizers = {}
+    target_model = load_model(target, precision=precision, device=resolved, cache=cache, progress=progress,
+                              tokenizers=tokenizers)
     if draft is None:
         return ModelPair(target_model, None)
     draft_model = load_model(draft, precision=draft_precision, device=resolved, cache=cache, progress=progress,
-                             role="draft", head_tokens=draft_head_tokens)
+                             role="draft", head_tokens=draft_head_tokens, tokenizers=tokenizers)
     check_same_tokenizer(draft_model, target_model)
     return ModelPair(target_model, draft_model)

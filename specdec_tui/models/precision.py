@@ -27,7 +27,6 @@ from typing import Literal
 
 import torch
 from torch import nn
-from transformers.pytorch_utils import Conv1D
 
 from specdec_tui.models import quantized_kernels
 
@@ -244,6 +243,7 @@ def _as_linear(module: nn.Module) -> nn.Linear | None:
     """``module`` as an ``nn.Linear``: GPT-2 style ``Conv1D`` (weight stored transposed) is converted."""
     if type(module) is nn.Linear:
         return module
+    from transformers.pytorch_utils import Conv1D  # only a transformers model has these
     if type(module) is Conv1D:
         linear = nn.Linear(module.weight.shape[0], module.weight.shape[1], bias=module.bias is not None)
         linear.weight.data = module.weight.data.t().contiguous()

@@ -23,9 +23,11 @@ $(VENV)/.installed-server: pyproject.toml | $(BIN)/python
 	$(PIP) -e ".[server]"
 	touch $@
 
+# llama-cpp-python (the peers extra) compiles llama.cpp for this CPU (several minutes on 2 cores);
+# its multimodal library is not built, the bench does not use it.
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(PIP) "$(TORCH)"
-	$(PIP) -e ".[dev,server,telemetry,tracking,ray]"
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PIP) -e ".[dev,server,telemetry,tracking,ray,peers]"
 	touch $@
 
 setup: $(VENV)/.installed-chat

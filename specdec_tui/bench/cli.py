@@ -15,7 +15,15 @@ import torch
 from tqdm import tqdm
 
 from specdec_tui.bench.harness import BenchPlan, BenchRow, peak_memory_mb, run_suite, write_csv
-from specdec_tui.bench.modes import ALL_MODES, ENGINE_MODES, TRACED_SUFFIX, run_mode, split_mode
+from specdec_tui.bench.llama_cpp import LLAMA_MODES, LlamaCppError
+from specdec_tui.bench.modes import (
+    ALL_MODES,
+    DEFAULT_MODES,
+    ENGINE_MODES,
+    TRACED_SUFFIX,
+    run_mode,
+    split_mode,
+)
 from specdec_tui.bench.report import format_summary, paired_ratio, plot_tokens_per_s, summarize_rows
 from specdec_tui.bench.suite import SuiteError, default_suite_path, load_suite, select_prompts
 from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
@@ -25,7 +33,6 @@ from specdec_tui.runtime import load_runtime
 from specdec_tui.terminal_progress import TerminalProgress
 
 T = TypeVar("T")
-DEFAULT_MODES = ",".join(ALL_MODES)
 
 
 def list_of(convert: Callable[[str], T]) -> Callable[[str], list[T]]:
@@ -45,8 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=Path, default=None, help="JSONL prompt suite (default: the bundled one)")
     parser.add_argument("--categories", type=list_of(str), default=None, help="only these categories")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
-    parser.add_argument("--modes", type=list_of(str), default=list_of(str)(DEFAULT_MODES),
-                        help=f"comma-separated, from {DEFAULT_MODES}")
+    parser.add_argument("--modes", type=list_of(str), default=list(DEFAULT_MODES),
+                        help=f"comma-separated, from {', '.join(ALL_MODES)} (default: all but the llama.cpp ones)")
     parser.add_argument("--ks", type=list_of(int), default=[4], help="values of K, e.g. 2,4,6")
     parser.add_argument("--taus", type=list_of(float), default=[1.0], help="values of tau, e.g. 1.0,0.5")
     parser.add_argument("--bench-temperature", dest="temperature", type=float, default=0.0)
@@ -121,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target {models.target} ({models.precision}), draft {models.draft} ({models.draft_precision}), "
           f"device {pair.target.device}, torch threads {torch.get_num_threads()}", file=sys.stderr)
     warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])
-    for mode in plan.modes:  # first calls allocate and page in; keep them out of the numbers
-        run_mode(runtime, mode, warm, plan.params(plan.ks[0], 1.0, 0, max_new_tokens=8), traced)
+    try:
+        for mode in plan.modes:  # first calls load, allocate and page in; keep them out of the numbers
+            run_mode(runtime, mode, warm, plan.params(plan.ks[0], 1.0, 0, max_new_tokens=8), traced)
+    except LlamaCppError as exc:
+        print(f"specdec-bench: error: {exc}", file=sys.stderr)
+        return 2
     bar = tqdm(total=len(prompts) * plan.runs_per_prompt(), unit="run", file=sys.stderr, dynamic_ncols=True)
 
     def on_row(row: BenchRow) -> None:
@@ -152,6 +163,15 @@ def main(argv: list[str] | None = None) -> int:
             if ratio is not None:
                 print(f"telemetry overhead, {category}, {mode.removesuffix(TRACED_SUFFIX)}: paired tok/s ratio "
                       f"{ratio:.3f} (traced / untraced)")
+    peers = [m for m in plan.modes if m in LLAMA_MODES]
+    ours = [m for m in plan.modes if m in ENGINE_MODES and m != "target"]
+    for category in sorted({row.category for row in rows}) if peers else ():
+        for mode in ours:
+            for peer_mode in peers:
+                ratio = paired_ratio(rows, mode, peer_mode, category)
+                if ratio is not None:
+                    print(f"{category}: {mode} / {peer_mode} paired tok/s ratio {ratio:.3f} "
+                          "(speed only: llama.cpp runs the GGUF's own quantization, so its text differs)")
     command = "specdec-bench " + " ".join(shlex.quote(a) for a in argv)
     if args.mlflow:
         from specdec_tui.bench.tracking import bench_log

@@ -1,4 +1,5 @@
-"""One benchmark run of one prompt in one mode: ours through the engine, the peers through HF generate."""
+"""One benchmark run of one prompt in one mode: ours through the engine, the peers through HF
+generate() on the same loaded pair or through llama.cpp on the pair's GGUF files."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
+from specdec_tui.bench.llama_cpp import LLAMA_MODES, peer
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
 from specdec_tui.engine.modes import HYBRID, MODEL, PROMPT_LOOKUP, TARGET
 from specdec_tui.models.loader import ModelPair
@@ -18,11 +20,13 @@ from specdec_tui.runtime import Runtime
 #: Bench mode -> engine mode. The hf-* modes are Hugging Face generate() on the same loaded pair.
 ENGINE_MODES = {"target": TARGET, "speculative": MODEL, "prompt-lookup": PROMPT_LOOKUP, "hybrid": HYBRID}
 HF_MODES = ("hf-assisted", "hf-target")
-ALL_MODES = (*ENGINE_MODES, *HF_MODES)
+#: What a bench runs unless told: the llama.cpp modes need the optional llama-cpp-python.
+DEFAULT_MODES = (*ENGINE_MODES, *HF_MODES)
+ALL_MODES = (*DEFAULT_MODES, *LLAMA_MODES)
 #: An engine mode with this suffix runs through the telemetry listener, for overhead A/B runs.
 TRACED_SUFFIX = "+telemetry"
 #: Modes where K and tau change nothing; they run once per prompt and repeat.
-SINGLE_SETTING_MODES = frozenset({"target", "hf-target"})
+SINGLE_SETTING_MODES = frozenset({"target", "hf-target", "llama.cpp-target"})
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,12 @@ def run_hf(pair: ModelPair, mode: str, prompt_ids: Sequence[int], params: Decode
     return RunResult(tuple(int(t) for t in output[0, input_ids.shape[1] :]), seconds, None, None)
 
 
+def run_llama(pair: ModelPair, mode: str, prompt_ids: Sequence[int], params: DecodeParams) -> RunResult:
+    draft = pair.draft.source if pair.draft is not None else None
+    tokens, seconds = peer(pair.target.source, draft).run(mode, prompt_ids, params, pair.target.eos_ids)
+    return RunResult(tokens, seconds, None, None)
+
+
 def split_mode(mode: str) -> tuple[str, bool]:
     """A bench mode's engine or HF mode, and whether it runs through the telemetry listener."""
     base, traced = mode.removesuffix(TRACED_SUFFIX), mode.endswith(TRACED_SUFFIX)
@@ -114,6 +124,8 @@ def run_mode(runtime: Runtime, mode: str, prompt_ids: Sequence[int], params: Dec
     base, with_telemetry = split_mode(mode)
     if base in HF_MODES:
         return run_hf(runtime.pair, base, prompt_ids, params)
+    if base in LLAMA_MODES:
+        return run_llama(runtime.pair, base, prompt_ids, params)
     if with_telemetry:
         if traced is None:
             raise ValueError(f"mode {mode!r} needs a runtime with telemetry")

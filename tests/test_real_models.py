@@ -1,6 +1,7 @@
 """The real default pair (Qwen2.5-Coder 0.5B draft / 1.5B target). Run with ``-m real_models``.
 
-The first run fetches and converts the pair into the cache (a few minutes); later runs load it.
+The first run fetches the pair's GGUF files and packs them into the cache (a few minutes); later
+runs map the packed entries.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from specdec_tui.config import load_settings
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.cache import ModelCache
+from specdec_tui.models.embedding import GgufEmbedding
+from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.models.loader import ModelPair, load_pair
 from specdec_tui.models.presets import DEFAULT_DRAFT, DEFAULT_TARGET
 from specdec_tui.runtime import Runtime, build_engine
@@ -51,6 +54,13 @@ def reply(engine: Engine, pair: ModelPair, text: str, mode: str, **params: objec
 def test_the_default_pair_is_cached_intact_and_shares_a_tokenizer(pair: ModelPair):
     cache = ModelCache(load_settings()[0].models.cache_dir)
     assert cache.check(DEFAULT_DRAFT) is None and cache.check(DEFAULT_TARGET) is None
+    packed = [key for key in cache.entries() if key.startswith((f"{DEFAULT_TARGET}.", f"{DEFAULT_DRAFT}."))]
+    assert len(packed) >= 2 and all(cache.check(key) is None for key in packed), packed
+    # Each keeps its GGUF's quantized embedding table: packing checked its rows against transformers'.
+    assert pair.draft is not None
+    for model in (pair.target, pair.draft):
+        assert isinstance(model.runner, FastLlama) and isinstance(model.runner.embedding, GgufEmbedding)
+    assert pair.draft.tokenizer is pair.target.tokenizer
     assert pair.target.tokenizer.chat_template
     assert pair.target.eos_ids == frozenset({151645})
     assert pair.target.vocab_size == 151936

@@ -1,7 +1,7 @@
-"""The converted-model cache: one folder per model, trusted only when its manifest checks out.
+"""The model cache: one folder per entry (a preset's GGUF, a packed model), trusted only when its manifest checks out.
 
 A folder is built under a temporary name, its manifest (sizes and hashes of every file) is written
-last, and only then is it renamed into place, so a killed conversion never leaves a folder that is
+last, and only then is it renamed into place, so a killed fetch or packing never leaves a folder that is
 later trusted. A folder whose files no longer match the manifest is reported corrupt.
 """
 

@@ -2,4 +2,4 @@
 
 
 class ModelError(Exception):
-    """A model could not be found, fetched, verified, converted or loaded."""
+    """A model could not be found, fetched, verified, packed or loaded."""

@@ -1,4 +1,4 @@
-"""Progress reports while a model is fetched, converted or loaded."""
+"""Progress reports while a model is fetched, packed or loaded."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ class ModelRef:
 
     @property
     def cache_key(self) -> str:
-        """Name of this model's folder in the cache (presets and GGUF files are converted there)."""
+        """Name of this model's folder in the cache (a preset's GGUF; the prefix of its packed entries)."""
         if self.kind == "preset":
             return self.value
         path = Path(self.value)

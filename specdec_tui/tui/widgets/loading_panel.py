@@ -1,4 +1,4 @@
-"""Model fetch / conversion / loading progress, shown in the app while it happens."""
+"""Model fetch / packing / loading progress, shown in the app while it happens."""
 
 from __future__ import annotations
 

@@ -570,3 +570,18 @@ def test_a_packed_pair_whose_tokenizer_files_match_makes_its_tokenizer_once(tmp_
     packed = pair()
     assert packed.draft is not None and packed.draft.tokenizer is packed.target.tokenizer
     assert packed.target.tokenizer.decode(packed.target.tokenizer.encode("def add(a, b):")) == "def add(a, b):"
+
+
+def test_a_packed_gguf_model_still_gives_its_transformers_model_for_the_hf_bench_modes(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "tiny.gguf")
+    cache = ModelCache(tmp_path / "cache")
+    load_model(str(tmp_path / "tiny.gguf"), precision="int8", device=CPU, cache=cache)
+    packed = load_model(str(tmp_path / "tiny.gguf"), precision="int8", device=CPU, cache=cache)
+    assert packed.model is None  # nothing of transformers' is built until a bench mode asks
+    hf = packed.hf_model()  # read again from the GGUF, dequantized, at the loaded precision
+    ids = [5, 17, 42, 99]
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False)
+    assert out.shape == (1, len(ids) + 6)
+    packed.runner.reset()
+    assert torch.allclose(hf(torch.tensor([ids])).logits[0, -1], packed.runner.forward(ids, 1)[0], atol=0.5)

@@ -199,8 +199,11 @@ def _load_weights(
             with gguf_tensor_progress(name, progress):
                 tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
                 model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-            # Dequantized, the model is plain fp32; its GGUF quantizer marker would only block saving.
+            # Dequantized, the model is plain fp32, but transformers still marks it quantized, which
+            # refuses .float() (apply_precision) and saving.
             model.hf_quantizer = None
+            model.__dict__.pop("is_quantized", None)
+            model.__dict__.pop("quantization_method", None)
             if hasattr(model.config, "quantization_config"):
                 del model.config.quantization_config
         else:

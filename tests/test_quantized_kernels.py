@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -246,3 +247,21 @@ def test_the_kernel_swiglu_is_pytorchs_to_rounding_and_the_same_for_any_number_o
     out = KernelSwiGlu(width)(gate_up)
     assert torch.allclose(out, SwiGlu(width)(gate_up), rtol=1e-5, atol=1e-30)
     assert torch.equal(out, torch.cat([KernelSwiGlu(width)(gate_up[i : i + 1]) for i in range(rows)]))
+
+
+def test_a_build_that_fails_once_is_tried_again_before_falling_back(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    monkeypatch.setattr(quantized_kernels.platformdirs, "user_cache_dir", lambda app: str(tmp_path / "cache"))
+    builds: list[Path] = []
+
+    def flaky_build(target: Path) -> None:  # as a compiler killed once on a loaded machine
+        builds.append(target)
+        if len(builds) == 1:
+            raise RuntimeError("the build failed (exit status -9): ")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"built")
+
+    loaded: list[str] = []
+    monkeypatch.setattr(quantized_kernels, "_build", flaky_build)
+    monkeypatch.setattr(quantized_kernels.torch.ops, "load_library", loaded.append)
+    quantized_kernels._load()
+    assert len(builds) == 2 and loaded == [str(builds[0])]

@@ -27,7 +27,7 @@ from serving import free_port, serving_settings, tiny_runtime
 from specdec_tui.config import FaultSettings, RaySettings, ResilienceSettings, Settings, TelemetrySettings
 from specdec_tui.runtime import Runtime
 from specdec_tui.scaleout import REPLICA_HEADER
-from specdec_tui.scaleout.launch import APP_NAME, deploy, undeploy
+from specdec_tui.scaleout.launch import APP_NAME, deploy, local_cluster_env, undeploy
 
 TESTS = Path(__file__).parent
 TIMEOUT = 60
@@ -37,6 +37,7 @@ KILL_MAX_TOKENS = 48  # long enough that a killed replica is mid-reply
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
+    local_cluster_env()
     ray.init(num_cpus=4, include_dashboard=False, namespace="specdec", log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(TESTS), "HF_HUB_OFFLINE": "1",
                                        "TRANSFORMERS_VERBOSITY": "error",

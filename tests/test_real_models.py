@@ -136,12 +136,13 @@ def test_the_default_pair_in_one_ray_replica_answers_as_the_engine_does(pair: Mo
     from serving import free_port
 
     from specdec_tui.config import RaySettings, ServerSettings
-    from specdec_tui.scaleout.launch import deploy, undeploy
+    from specdec_tui.scaleout.launch import deploy, local_cluster_env, undeploy
 
     settings = load_settings()[0].model_copy(update={"server": ServerSettings(host="127.0.0.1", port=free_port()),
                                                      "ray": RaySettings(replicas=1, cpus_per_replica=2)})
     question = "Write a Python function that reverses a string. Code only."
     expected = reply(engine, pair, question, "hybrid", max_new_tokens=24, temperature=0.0)
+    local_cluster_env()
     ray.init(num_cpus=2, include_dashboard=False, namespace="specdec", log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}})
     try:

@@ -76,7 +76,7 @@ def _build(target: Path) -> None:
         )
         if result.returncode != 0:
             first = next((line for line in result.stderr.splitlines() if "error" in line), result.stderr.strip())
-            raise RuntimeError(f"the build failed: {first[:200]}")
+            raise RuntimeError(f"the build failed (exit status {result.returncode}): {first[:200]}")
         os.replace(built, target)  # atomic: a concurrent build leaves one whole file
 
 
@@ -85,7 +85,12 @@ def _load() -> None:
         raise RuntimeError("this CPU has no AVX2")
     library = _library_path()
     if not library.exists():
-        _build(library)
+        try:
+            _build(library)
+        except RuntimeError:
+            # Seen once on a loaded machine: the compiler ended without a message. A second try is
+            # cheap next to running every model without the kernels.
+            _build(library)
     try:
         torch.ops.load_library(str(library))
     except OSError:

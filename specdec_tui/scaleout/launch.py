@@ -89,15 +89,30 @@ def undeploy(app_name: str = APP_NAME) -> None:
     close_board(app_name)
 
 
+#: The environment of a local cluster this process starts (its daemons and workers inherit it).
+LOCAL_CLUSTER_ENV = {
+    # Ray runs its workers at nice 15 so that its own daemons stay responsive; here the workers are
+    # the engines, and at 15 every daemon's wake-up takes the CPU from a decoding step.
+    "RAY_worker_niceness": "0",
+    # Serve gives a new HTTP proxy 5 s to report ready, three times, then kills it, and serve.start()
+    # fails on the killed one; a busy 2-core machine can take longer than that to start a worker.
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
+}
+
+
+def local_cluster_env() -> None:
+    """Set ``LOCAL_CLUSTER_ENV`` (where not set already) before starting a local cluster."""
+    for name, value in LOCAL_CLUSTER_ENV.items():
+        os.environ.setdefault(name, value)
+
+
 def join_cluster(settings: Settings) -> bool:
     """Connect to ``ray.address``, or start a local cluster; True when this process started it."""
     rs = settings.ray
     if rs.address:
         ray.init(address=rs.address, namespace="specdec", log_to_driver=False)
         return False
-    # Ray runs its workers at nice 15 so that its own daemons stay responsive; here the workers are
-    # the engines, and at 15 every daemon's wake-up takes the CPU from a decoding step.
-    os.environ.setdefault("RAY_worker_niceness", "0")
+    local_cluster_env()
     ray.init(num_cpus=rs.num_cpus, include_dashboard=False, namespace="specdec", log_to_driver=False)
     return True
 

@@ -56,7 +56,6 @@ class GgufDraft:
     def __init__(self, path: str) -> None:
         self.model = _model(path, speculative=False)
         self.k = 4
-        self.proposed = 0
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         proposals: list[int] = []
@@ -65,7 +64,6 @@ class GgufDraft:
             proposals.append(int(token))
             if len(proposals) == self.k:
                 break
-        self.proposed += len(proposals)
         return np.array(proposals, dtype=np.intc)
 
 

@@ -220,19 +220,18 @@ def first_line(exc: BaseException) -> str:
 
 
 def store_packed(cache: ModelCache, key: str, runner: FastLlama, tokenizer: PreTrainedTokenizerBase,
-                 model: PreTrainedModel, source: dict) -> bool:
-    """Write ``runner``'s packed tensors with the tokenizer and config as cache entry ``key``; False
-    when its linears cannot be stored. A failed write (a full disk) is the caller's to report."""
+                 model: PreTrainedModel, source: dict) -> None:
+    """Write ``runner``'s packed tensors with the tokenizer and config as cache entry ``key``, unless
+    its linears cannot be stored. A failed write (a full disk) is the caller's to report."""
     state = runner.packed_state()
     if state is None:
-        return False
+        return
     tensors, meta = state
     with cache.lock(key), cache.building(key, source) as scratch:
         save_file(tensors, str(scratch / PACKED_WEIGHTS), metadata={"specdec": json.dumps(meta)})
         tokenizer.save_pretrained(scratch)
         model.config.save_pretrained(scratch)
         model.generation_config.save_pretrained(scratch)
-    return True
 
 
 def load_packed(cache: ModelCache, key: str, name: str, tokenizers: Tokenizers) -> tuple[

@@ -21,7 +21,8 @@ from specdec_tui.engine.metrics import RunSummary
 from specdec_tui.engine.modes import MODES, TARGET
 from specdec_tui.engine.resilience import Breaker, Breakers, GuardedRunner
 from specdec_tui.engine.session import Engine
-from specdec_tui.models.loader import ModelPair, load_pair
+from specdec_tui.models.cache import ModelCache
+from specdec_tui.models.loader import ModelPair, load_draft, load_pair
 from specdec_tui.models.progress import ProgressFn, no_progress
 from specdec_tui.observability.events import ReplyInfo
 from specdec_tui.observability.setup import Observers, observers_from_settings
@@ -160,6 +161,17 @@ def load_runtime(settings: Settings, progress: ProgressFn = no_progress,
     """The running system the settings describe; ``observers`` default to what the settings turn on."""
     observers = observers if observers is not None else observers_from_settings(settings)
     return Runtime.from_pair(settings, load_pair_for(settings, progress), observers)
+
+
+def with_draft(runtime: Runtime, draft: str, precision: str, head_tokens: int | None,
+               progress: ProgressFn = no_progress) -> Runtime:
+    """``runtime``'s target (the same loaded model) with another draft: a point of a draft sweep."""
+    models = runtime.settings.models.model_copy(
+        update={"draft": draft, "draft_precision": precision, "draft_head_tokens": head_tokens})
+    settings = runtime.settings.model_copy(update={"models": models})
+    loaded = load_draft(runtime.pair.target, draft, precision=precision, cache=ModelCache(models.cache_dir),
+                        progress=progress, head_tokens=head_tokens)
+    return Runtime.from_pair(settings, ModelPair(runtime.pair.target, loaded), runtime.observers)
 
 
 def reply_summary(summary: RunSummary, params: DecodeParams) -> dict[str, Any]:

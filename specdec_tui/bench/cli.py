@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import shlex
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 import torch
 from tqdm import tqdm
 
-from specdec_tui.bench.harness import BenchPlan, BenchRow, peak_memory_mb, run_suite, write_csv
+from specdec_tui.bench.harness import BenchPlan, BenchRow, DraftVariant, peak_memory_mb, run_suite, write_csv
 from specdec_tui.bench.llama_cpp import LLAMA_MODES, LlamaCppError
 from specdec_tui.bench.modes import (
     ALL_MODES,
@@ -24,12 +25,19 @@ from specdec_tui.bench.modes import (
     run_mode,
     split_mode,
 )
-from specdec_tui.bench.report import format_summary, paired_ratio, plot_tokens_per_s, summarize_rows
+from specdec_tui.bench.report import format_summary, paired_ratio, plot_sweep, summarize_rows
 from specdec_tui.bench.suite import SuiteError, default_suite_path, load_suite, select_prompts
-from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
+from specdec_tui.config import (
+    ModelSettings,
+    PrecisionName,
+    SettingsError,
+    add_settings_flags,
+    describe_settings,
+    settings_from_args,
+)
 from specdec_tui.models.errors import ModelError
 from specdec_tui.observability.setup import Observers, require, telemetry_from_settings
-from specdec_tui.runtime import load_runtime
+from specdec_tui.runtime import Runtime, load_runtime, with_draft
 from specdec_tui.terminal_progress import TerminalProgress
 
 T = TypeVar("T")
@@ -56,6 +64,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated, from {', '.join(ALL_MODES)} (default: all but the llama.cpp ones)")
     parser.add_argument("--ks", type=list_of(int), default=[4], help="values of K, e.g. 2,4,6")
     parser.add_argument("--taus", type=list_of(float), default=[1.0], help="values of tau, e.g. 1.0,0.5")
+    sweep = parser.add_argument_group(
+        "draft sweep", "every combination of these is a draft variant; the drafting modes run once per variant, "
+        "K and tau on each prompt, side by side (default: the draft settings)")
+    sweep.add_argument("--drafts", type=list_of(str), default=None,
+                       help="draft models (presets, folders or .gguf files) sharing the target's tokenizer")
+    sweep.add_argument("--draft-precisions", type=list_of(str), default=None,
+                       help=f"draft precisions, from {', '.join(get_args(PrecisionName))}")
+    sweep.add_argument("--draft-heads", type=list_of(int), default=None,
+                       help="draft output heads: the first N token ids kept, 0 = the whole vocabulary")
     parser.add_argument("--bench-temperature", dest="temperature", type=float, default=0.0)
     parser.add_argument("--bench-top-p", dest="top_p", type=float, default=1.0)
     parser.add_argument("--new-tokens", type=int, default=128, help="max new tokens per reply")
@@ -65,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="draft stop threshold (default: the setting decoding.draft_min_confidence)")
     parser.add_argument("--fixed-k", action="store_true", help="always draft K tokens (no adaptive K)")
     parser.add_argument("--out", type=Path, default=None, help="CSV path (default bench-results/<time>.csv)")
-    parser.add_argument("--plot", type=Path, default=None, help="also write a PNG of tokens/s against K")
+    parser.add_argument("--plot", type=Path, default=None, help="also write a PNG of tokens/s and acceptance at each point of the sweep")
     parser.add_argument("--telemetry-overhead", action="store_true",
                         help="also run each engine mode through the OpenTelemetry listener (MODE+telemetry), "
                              "interleaved, to measure what tracing costs")
@@ -84,7 +101,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("every K must be in 1..32")
     if any(not 0 < t <= 1 for t in args.taus):
         parser.error("every tau must be in (0, 1]")
+    unknown = [p for p in args.draft_precisions or () if p not in get_args(PrecisionName)]
+    if unknown:
+        parser.error(f"unknown draft precision {unknown[0]!r}; expected one of {', '.join(get_args(PrecisionName))}")
+    if any(n < 0 for n in args.draft_heads or ()):
+        parser.error("every draft head must be >= 0 (0 = the whole vocabulary)")
+    if args.telemetry_overhead and len(draft_variants(args, ModelSettings())) > 1:
+        parser.error("--telemetry-overhead runs with one draft; sweep the drafts in another run")
     return args
+
+
+def draft_variants(args: argparse.Namespace, models: ModelSettings) -> list[DraftVariant]:
+    """The drafts to sweep: every combination of the given models, precisions and heads, the draft
+    settings where one is not given; the first is the one the bench loads with its target."""
+    combos = itertools.product(args.drafts or [models.draft], args.draft_precisions or [models.draft_precision],
+                               args.draft_heads or [models.draft_head_tokens])
+    return list(dict.fromkeys(DraftVariant(model, precision, head or None) for model, precision, head in combos))
+
+
+def load_variants(runtime: Runtime, variants: list[DraftVariant], progress: TerminalProgress) -> dict[str, Runtime]:
+    """A runtime per draft variant after the first, each with ``runtime``'s loaded target."""
+    return {v.label: with_draft(runtime, v.model, v.precision, v.head_tokens, progress) for v in variants[1:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,8 +149,13 @@ def main(argv: list[str] | None = None) -> int:
             update={"exporter": "none"} if not settings.telemetry.enabled else {})) if args.telemetry_overhead else None
         if args.mlflow:
             require("tracking", "--mlflow", "mlflow")
+        variants = draft_variants(args, settings.models)
+        first = variants[0]
+        settings = settings.model_copy(update={"models": settings.models.model_copy(update={
+            "draft": first.model, "draft_precision": first.precision, "draft_head_tokens": first.head_tokens})})
         progress = TerminalProgress()
         runtime = load_runtime(settings, progress, Observers(telemetry=None if overhead else telemetry))
+        draft_runtimes = load_variants(runtime, variants, progress)
         progress.close()
     except (SettingsError, ModelError, SuiteError) as exc:
         print(f"specdec-bench: error: {exc}", file=sys.stderr)
@@ -124,13 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     plan = BenchPlan(modes=args.modes, ks=args.ks, taus=args.taus, temperature=args.temperature, top_p=args.top_p,
                      max_new_tokens=args.new_tokens, repeats=args.repeats, seed=args.seed,
                      adaptive_k=settings.decoding.adaptive_k and not args.fixed_k,
-                     draft_min_confidence=min_confidence)
-    print(f"target {models.target} ({models.precision}), draft {models.draft} ({models.draft_precision}), "
+                     draft_min_confidence=min_confidence, drafts=[v.label for v in variants])
+    print(f"target {models.target} ({models.precision}), draft {', '.join(plan.drafts)}, "
           f"device {pair.target.device}, torch threads {torch.get_num_threads()}", file=sys.stderr)
     warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])
     try:
         for mode in plan.modes:  # first calls load, allocate and page in; keep them out of the numbers
-            run_mode(runtime, mode, warm, plan.params(plan.ks[0], 1.0, 0, max_new_tokens=8), traced)
+            for variant in {draft for draft, _, _ in plan.settings_for(mode)}:
+                run_mode(draft_runtimes.get(variant, runtime), mode, warm,
+                         plan.params(plan.ks[0], 1.0, 0, max_new_tokens=8), traced)
     except LlamaCppError as exc:
         print(f"specdec-bench: error: {exc}", file=sys.stderr)
         return 2
@@ -140,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         bar.set_postfix_str(f"{row.prompt_id} {row.mode} k={row.k} {row.tokens_per_s:.1f} tok/s", refresh=False)
         bar.update()
 
-    rows = run_suite(runtime, prompts, plan, on_row, traced)
+    rows = run_suite(runtime, prompts, plan, on_row, traced, draft_runtimes)
     bar.close()
     out = args.out or Path("bench-results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.csv"
     write_csv(rows, out)
@@ -155,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\npeak resident memory: {peak_memory_mb():.0f} MB")
     print(f"rows: {out}")
     if args.plot:
-        plot_tokens_per_s(lines, args.plot)
+        plot_sweep(lines, args.plot)
         print(f"plot: {args.plot}")
     for category in sorted({row.category for row in rows}):
         for mode in (m for m in plan.modes if m.endswith(TRACED_SUFFIX)):
@@ -178,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         from specdec_tui.observability.tracking import log_bench, resolve_tracking_uri
 
         uri = resolve_tracking_uri(args.mlflow)
-        logged = bench_log(rows, lines, plan, settings, origins, out, args.plot, command, args.prompts)
+        logged = bench_log(rows, lines, plan, settings, origins, out, args.plot, command, args.prompts,
+                           variants if len(variants) > 1 else ())
         run_id = log_bench(uri, logged)
         print(f"mlflow: run {run_id} at {uri}" if run_id else f"mlflow: not logged (see the warning); rows: {out}")
     print(f"command: {command}")

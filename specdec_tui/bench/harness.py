@@ -1,15 +1,18 @@
-"""The benchmark loop: every prompt through every mode, interleaved, one CSV row per run."""
+"""The benchmark loop: every prompt through every mode, interleaved, one CSV row per run.
+
+A sweep is the product of draft variants, K and tau: each drafting mode runs once per point on each
+prompt, every point beside the others, so their speeds compare as pairs."""
 
 from __future__ import annotations
 
 import csv
 import itertools
 import resource
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from specdec_tui.bench.modes import SINGLE_SETTING_MODES, RunResult, run_mode, split_mode
+from specdec_tui.bench.modes import DRAFT_VARIANT_MODES, SINGLE_SETTING_MODES, RunResult, run_mode, split_mode
 from specdec_tui.bench.suite import BenchPrompt
 from specdec_tui.engine.decoder import DecodeParams
 from specdec_tui.runtime import Runtime
@@ -20,6 +23,8 @@ class BenchRow:
     prompt_id: str
     category: str
     mode: str
+    #: The draft variant a drafting mode ran with (``BenchPlan.drafts``); empty for the other modes.
+    draft: str
     k: int
     tau: float
     repeat: int
@@ -37,6 +42,19 @@ class BenchRow:
 
 
 @dataclass(frozen=True)
+class DraftVariant:
+    """One draft of a sweep: a model at a precision, its output head trimmed to ``head_tokens`` ids."""
+
+    model: str
+    precision: str
+    head_tokens: int | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.precision} head{self.head_tokens or '-all'}"
+
+
+@dataclass(frozen=True)
 class BenchPlan:
     modes: Sequence[str]
     ks: Sequence[int]
@@ -48,16 +66,21 @@ class BenchPlan:
     seed: int = 0
     adaptive_k: bool = True
     draft_min_confidence: float = 0.0
+    #: Labels of the draft variants swept; the first is the runtime's own draft.
+    drafts: Sequence[str] = ("",)
 
     def params(self, k: int, tau: float, repeat: int, max_new_tokens: int | None = None) -> DecodeParams:
         return DecodeParams(k=max(k, 1), tau=tau, temperature=self.temperature, top_p=self.top_p,
                             max_new_tokens=max_new_tokens or self.max_new_tokens, seed=self.seed + repeat,
                             adaptive_k=self.adaptive_k, draft_min_confidence=self.draft_min_confidence)
 
-    def settings_for(self, mode: str) -> list[tuple[int, float]]:
-        if split_mode(mode)[0] in SINGLE_SETTING_MODES:
-            return [(0, 1.0)]
-        return list(itertools.product(self.ks, self.taus))
+    def settings_for(self, mode: str) -> list[tuple[str, int, float]]:
+        """The (draft, K, tau) points ``mode`` runs at on each prompt."""
+        base = split_mode(mode)[0]
+        if base in SINGLE_SETTING_MODES:
+            return [("", 0, 1.0)]
+        drafts = self.drafts if base in DRAFT_VARIANT_MODES else ("",)
+        return list(itertools.product(drafts, self.ks, self.taus))
 
     def runs_per_prompt(self) -> int:
         modes = ["target", *[m for m in self.modes if m != "target"]]
@@ -75,8 +98,18 @@ def run_suite(
     plan: BenchPlan,
     on_row: Callable[[BenchRow], None] = lambda row: None,
     traced: Runtime | None = None,
+    draft_runtimes: Mapping[str, Runtime] | None = None,
 ) -> list[BenchRow]:
-    """Run ``plan`` over ``prompts``; ``target`` always runs first for each prompt and repeat."""
+    """Run ``plan`` over ``prompts``; ``target`` always runs first for each prompt and repeat.
+
+    ``draft_runtimes`` maps each of ``plan.drafts`` but the first to a runtime with that draft and
+    ``runtime``'s target; the first is ``runtime``'s own."""
+    runtimes = {plan.drafts[0]: runtime, "": runtime, **(draft_runtimes or {})}
+    missing = [d for d in plan.drafts if d not in runtimes]
+    if missing:
+        raise ValueError(f"no runtime for the draft variants {', '.join(missing)}")
+    if traced is not None and len(plan.drafts) > 1:
+        raise ValueError("the telemetry overhead runs with one draft; sweep the drafts in another run")
     rows: list[BenchRow] = []
     modes = ["target", *[m for m in plan.modes if m != "target"]]
     for prompt in prompts:
@@ -84,13 +117,14 @@ def run_suite(
         for repeat in range(plan.repeats):
             reference: RunResult | None = None
             for mode in modes:
-                for k, tau in plan.settings_for(mode):
-                    result = run_mode(runtime, mode, prompt_ids, plan.params(k, tau, repeat), traced)
+                for draft, k, tau in plan.settings_for(mode):
+                    result = run_mode(runtimes[draft], mode, prompt_ids, plan.params(k, tau, repeat), traced)
                     reference = reference or result
                     row = BenchRow(
                         prompt_id=prompt.id,
                         category=prompt.category,
                         mode=mode,
+                        draft=draft,
                         k=k,
                         tau=tau,
                         repeat=repeat,

@@ -27,6 +27,9 @@ ALL_MODES = (*DEFAULT_MODES, *LLAMA_MODES)
 TRACED_SUFFIX = "+telemetry"
 #: Modes where K and tau change nothing; they run once per prompt and repeat.
 SINGLE_SETTING_MODES = frozenset({"target", "hf-target", "llama.cpp-target"})
+#: Modes that run the loaded draft model, once per draft variant of a sweep. (llama.cpp's draft mode
+#: runs the first draft's GGUF at the file's own quantization, so it runs once.)
+DRAFT_VARIANT_MODES = frozenset({"speculative", "hybrid", "hf-assisted"})
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """What a bench invocation logs to MLflow: its plan and models as params, its summary as metrics
-(per category and mode), a child per (K, tau) of a sweep, and its files as artifacts."""
+(per category and mode), a child per point (draft, K, tau) of a sweep, and its files as artifacts."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from specdec_tui.bench.harness import BenchPlan, BenchRow, peak_memory_mb
-from specdec_tui.bench.report import SummaryLine, paired_ratio
+from specdec_tui.bench.harness import BenchPlan, BenchRow, DraftVariant, peak_memory_mb
+from specdec_tui.bench.report import SummaryLine, paired_ratio, sweeps_drafts
 from specdec_tui.config import Settings, describe_settings
 from specdec_tui.models import quantized_kernels
 from specdec_tui.observability.tracking import (
@@ -24,7 +24,8 @@ BASELINES = ("target", "hf-assisted")
 
 def bench_log(rows: Sequence[BenchRow], lines: Sequence[SummaryLine], plan: BenchPlan, settings: Settings,
               origins: Mapping[str, str], csv: Path, plot: Path | None, command: str,
-              prompts: Path | None) -> BenchLog:
+              prompts: Path | None, variants: Sequence[DraftVariant] = ()) -> BenchLog:
+    """``variants``: the drafts swept (``plan.drafts`` are their labels), when more than the settings' one."""
     models = settings.models
     params = {
         "target": models.target,
@@ -36,6 +37,7 @@ def bench_log(rows: Sequence[BenchRow], lines: Sequence[SummaryLine], plan: Benc
         "modes": ",".join(plan.modes),
         "ks": ",".join(str(k) for k in plan.ks),
         "taus": ",".join(f"{t:g}" for t in plan.taus),
+        "drafts": "; ".join(v.label for v in variants) or None,
         "temperature": plan.temperature,
         "top_p": plan.top_p,
         "new_tokens": plan.max_new_tokens,
@@ -47,25 +49,34 @@ def bench_log(rows: Sequence[BenchRow], lines: Sequence[SummaryLine], plan: Benc
         "git_commit": git_commit(),
         "command": command,
     }
-    metrics = {**summary_metrics(lines), **paired_metrics(rows), "peak_memory_mb": peak_memory_mb()}
-    settings_pairs = sorted({(r.k, r.tau) for r in rows if r.k})
+    by_draft = sweeps_drafts(lines)
+    metrics = {**summary_metrics(lines, by_draft), **paired_metrics(rows, by_draft), "peak_memory_mb": peak_memory_mb()}
+    labelled = {v.label: v for v in variants}
+    points = sorted({(r.draft, r.k, r.tau) for r in rows if r.k and (r.draft or not by_draft)})
     children = {}
-    if len(settings_pairs) > 1:
-        for k, tau in settings_pairs:
-            children[(k, tau)] = summary_metrics(line for line in lines if (line.k, line.tau) == (k, tau))
+    if len(points) > 1:
+        for draft, k, tau in points:
+            variant = labelled.get(draft)
+            differs = {"draft": variant.model, "draft_precision": variant.precision,
+                       "draft_head_tokens": variant.head_tokens or 0, "draft_variant": draft} if variant else {}
+            # A mode without a draft of its own (prompt lookup) belongs to every draft's point.
+            children[(draft, k, tau)] = (differs, summary_metrics(
+                line for line in lines if (line.k, line.tau) == (k, tau) and line.draft in (draft, "")))
     artifacts = [csv] + ([plot] if plot is not None else [])
     return BenchLog(params, metrics, children, artifacts, {"settings.txt": describe_settings(settings, origins)},
                     run_name=f"bench {models.target} <- {models.draft}")
 
 
-def paired_metrics(rows: Sequence[BenchRow]) -> dict[str, float | None]:
-    """``category/mode[/kK_tauT]/paired_over_<baseline>``: the median per-prompt speedup over each baseline,
-    per (K, tau) as the summary lines are."""
+def paired_metrics(rows: Sequence[BenchRow], by_draft: bool = False) -> dict[str, float | None]:
+    """``category/mode[/draft][/kK_tauT]/paired_over_<baseline>``: the median per-prompt speedup over each
+    baseline, per point as the summary lines are."""
     values: dict[str, float | None] = {}
     for category in sorted({r.category for r in rows}):
-        runs = sorted({(r.mode, r.k, r.tau) for r in rows if r.category == category})
-        for baseline in (b for b in BASELINES if b in {mode for mode, _, _ in runs}):
-            for mode, k, tau in runs:
+        runs = sorted({(r.mode, r.draft, r.k, r.tau) for r in rows if r.category == category})
+        for baseline in (b for b in BASELINES if b in {run[0] for run in runs}):
+            for mode, draft, k, tau in runs:
                 if mode != baseline:
-                    values[f"{metric_prefix(category, mode, k, tau)}/paired_over_{baseline}"] = paired_ratio(rows, mode, baseline, category, (k, tau))
+                    key = metric_prefix(category, mode, k, tau, draft if by_draft else "")
+                    values[f"{key}/paired_over_{baseline}"] = paired_ratio(rows, mode, baseline, category,
+                                                                           (draft, k, tau))
     return values

@@ -375,7 +375,16 @@ def load_pair(
                               tokenizers=tokenizers)
     if draft is None:
         return ModelPair(target_model, None)
-    draft_model = load_model(draft, precision=draft_precision, device=resolved, cache=cache, progress=progress,
-                             role="draft", head_tokens=draft_head_tokens, tokenizers=tokenizers)
-    check_same_tokenizer(draft_model, target_model)
-    return ModelPair(target_model, draft_model)
+    return ModelPair(target_model, load_draft(target_model, draft, precision=draft_precision, cache=cache,
+                                              progress=progress, head_tokens=draft_head_tokens,
+                                              tokenizers=tokenizers))
+
+
+def load_draft(target: LoadedModel, draft: str, *, precision: str, cache: ModelCache,
+               progress: ProgressFn = no_progress, head_tokens: int | None = None,
+               tokenizers: Tokenizers | None = None) -> LoadedModel:
+    """``draft`` loaded to draft for ``target`` (on its device), checked to share its tokenizer."""
+    draft_model = load_model(draft, precision=precision, device=target.device, cache=cache, progress=progress,
+                             role="draft", head_tokens=head_tokens, tokenizers=tokenizers)
+    check_same_tokenizer(draft_model, target)
+    return draft_model

@@ -116,8 +116,8 @@ class BenchLog:
 
     params: dict[str, Any]
     metrics: dict[str, float | None]
-    #: (K, tau) -> metrics of that setting, for a sweep's child runs.
-    children: dict[tuple[int, float], dict[str, float | None]]
+    #: A sweep's child runs: (draft, K, tau) -> the params that differ from the parent's, and the metrics.
+    children: dict[tuple[str, int, float], tuple[dict[str, Any], dict[str, float | None]]]
     artifacts: Sequence[Path]
     texts: dict[str, str]
     run_name: str
@@ -136,11 +136,11 @@ def log_bench(uri: str, bench: BenchLog, experiment: str = BENCH_EXPERIMENT) -> 
                 client.log_artifact(run_id, str(path))
         for name, text in bench.texts.items():
             client.log_text(run_id, text, name)
-        for (k, tau), metrics in bench.children.items():
-            child = client.create_run(exp, run_name=f"{bench.run_name} k={k} tau={tau:g}",
-                                      tags={PARENT_TAG: run_id})
+        for (draft, k, tau), (params, metrics) in bench.children.items():
+            name = f"{bench.run_name}{f' {draft}' if draft else ''} k={k} tau={tau:g}"
+            child = client.create_run(exp, run_name=name, tags={PARENT_TAG: run_id})
             client.log_batch(child.info.run_id, metrics=_metrics(metrics),
-                             params=_params({**bench.params, "k": k, "tau": tau}))
+                             params=_params({**bench.params, **params, "k": k, "tau": tau}))
             client.set_terminated(child.info.run_id)
         client.set_terminated(run_id)
         return run_id
@@ -235,16 +235,19 @@ class ReplyTracker:
             self.thread.join(CLOSE_TIMEOUT_S)
 
 
-def metric_prefix(category: str, mode: str, k: int, tau: float) -> str:
-    """``category/mode``, and ``/kK_tauT`` for a mode that drafts (K > 0)."""
-    return f"{category}/{mode}" + (f"/k{k}_tau{tau:g}" if k else "")
+def metric_prefix(category: str, mode: str, k: int, tau: float, draft: str = "") -> str:
+    """``category/mode``, then ``/draft`` in a sweep of drafts (a path's slashes as ``_``: MLflow refuses a
+    name that reads as another path), and ``/kK_tauT`` for a mode that drafts (K > 0)."""
+    named = f"/{draft.replace('/', '_').strip('_')}" if draft else ""
+    return f"{category}/{mode}{named}" + (f"/k{k}_tau{tau:g}" if k else "")
 
 
-def summary_metrics(lines: Iterable[Any]) -> dict[str, float | None]:
-    """Metric name -> value for the bench's summary lines: ``category/mode/measure``."""
+def summary_metrics(lines: Iterable[Any], by_draft: bool = False) -> dict[str, float | None]:
+    """Metric name -> value for the bench's summary lines: ``category/mode/measure``; ``by_draft`` names
+    each line's draft variant too."""
     values: dict[str, float | None] = {}
     for line in lines:
-        key = metric_prefix(line.category, line.mode, line.k, line.tau)
+        key = metric_prefix(line.category, line.mode, line.k, line.tau, line.draft if by_draft else "")
         values[f"{key}/median_tokens_per_s"] = line.median_tokens_per_s
         values[f"{key}/speedup_vs_target"] = line.median_speedup
         values[f"{key}/acceptance_rate"] = line.acceptance_rate

@@ -15,7 +15,13 @@ from tiny import perturbed, save_tiny, tiny_loaded, tiny_model, tiny_pair, tiny_
 
 from specdec_tui.bench import cli
 from specdec_tui.bench.harness import BenchPlan, run_suite
-from specdec_tui.bench.report import format_summary, paired_ratio, point_labels, summarize_rows
+from specdec_tui.bench.report import (
+    distinct_words,
+    format_summary,
+    paired_ratio,
+    point_labels,
+    summarize_rows,
+)
 from specdec_tui.bench.suite import BenchPrompt
 from specdec_tui.models.loader import ModelPair
 from specdec_tui.observability.tracking import PARENT_TAG
@@ -52,6 +58,8 @@ def test_each_drafting_mode_runs_once_per_draft_variant_on_every_prompt_and_stay
         ("hybrid", "exact", 0.5), ("prompt-lookup", "", 1.0), ("prompt-lookup", "", 0.5)}
     assert format_summary(lines).splitlines()[0].startswith("| category | mode | draft | K | tau |")
     assert list(point_labels(lines).values()) == ["noisy\ntau=1", "noisy\ntau=0.5", "exact\ntau=1", "exact\ntau=0.5"]
+    assert distinct_words({"m int4 head32768", "m int8 head32768", "m int4 head-all"}) == {
+        "m int4 head32768": "int4 head32768", "m int8 head32768": "int8 head32768", "m int4 head-all": "int4 head-all"}
     exact_code = next(r for r in rows if (r.prompt_id, r.draft, r.tau) == ("add", "exact", 1.0))
     target_code = next(r for r in rows if (r.prompt_id, r.mode) == ("add", "target"))
     assert paired_ratio(rows, "hybrid", "target", "code", ("exact", 3, 1.0)) == pytest.approx(

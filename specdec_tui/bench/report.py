@@ -90,6 +90,16 @@ def format_summary(lines: Sequence[SummaryLine]) -> str:
     return "\n".join(out)
 
 
+def distinct_words(names: set[str]) -> dict[str, str]:
+    """Each name with the words every name shares at the same place left out ("int4 head32768" for
+    "qwen2.5-coder-0.5b int4 head32768" in a sweep of one model); names of different shapes stay whole."""
+    split = {name: name.split(" ") for name in names}
+    if len({len(words) for words in split.values()}) != 1:
+        return {name: name for name in names}
+    varying = [i for i, column in enumerate(zip(*split.values(), strict=True)) if len(set(column)) > 1]
+    return {name: " ".join(words[i] for i in varying) or name for name, words in split.items()}
+
+
 def point_labels(lines: Sequence[SummaryLine]) -> dict[tuple[str, int, float], str]:
     """Each swept (draft, K, tau) point, named by what varies across the sweep. (A mode that drafts
     without the draft model, such as prompt lookup, has no draft of its own: it is at every draft's point.)"""
@@ -97,10 +107,11 @@ def point_labels(lines: Sequence[SummaryLine]) -> dict[tuple[str, int, float], s
     with_draft = [line for line in drafting if line.draft] or drafting
     points = list(dict.fromkeys((line.draft, line.k, line.tau) for line in with_draft))  # in the bench's order
     drafts, ks, taus = ({p[i] for p in points} for i in range(3))
+    shown = distinct_words(drafts)
     labels = {}
     for draft, k, tau in points:
-        parts = ([draft] if len(drafts) > 1 else []) + ([f"K={k}"] if len(ks) > 1 or len(points) == 1 else []) + (
-            [f"tau={tau:g}"] if len(taus) > 1 else [])
+        parts = ([shown[draft]] if len(drafts) > 1 else []) + (
+            [f"K={k}"] if len(ks) > 1 or len(points) == 1 else []) + ([f"tau={tau:g}"] if len(taus) > 1 else [])
         labels[draft, k, tau] = "\n".join(parts)
     return labels
 
@@ -118,7 +129,7 @@ def plot_sweep(lines: Sequence[SummaryLine], path: Path) -> None:
     categories = sorted({line.category for line in lines})
     modes = sorted({line.mode for line in lines})
     colors = {mode: plt.get_cmap("tab10")(i % 10) for i, mode in enumerate(modes)}  # one per mode, both panels
-    figure, axes = plt.subplots(2, len(categories), figsize=(max(5, 1.2 * len(points) + 2) * len(categories), 7),
+    figure, axes = plt.subplots(2, len(categories), figsize=(max(5.0, 0.8 * len(points) + 2) * len(categories), 7.5),
                                 squeeze=False, sharex="col")
     for column, category in enumerate(categories):
         speed, acceptance = axes[0][column], axes[1][column]
@@ -142,7 +153,8 @@ def plot_sweep(lines: Sequence[SummaryLine], path: Path) -> None:
         speed.legend(fontsize="small")
         acceptance.set_ylabel("acceptance rate")
         acceptance.set_ylim(0, 1.05)
-        acceptance.set_xticks(range(len(points)), [labels[p] for p in points], fontsize="small")
+        acceptance.set_xticks(range(len(points)), [labels[p] for p in points], fontsize="small",
+                              rotation=35 if len(points) > 4 else 0, ha="right" if len(points) > 4 else "center")
         acceptance.set_xlabel("sweep point")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

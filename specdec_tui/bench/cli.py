@@ -211,10 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     ours = [m for m in plan.modes if m in ENGINE_MODES and m != "target"]
     for category in sorted({row.category for row in rows}) if peers else ():
         for mode in ours:
-            for peer_mode in peers:
-                ratio = paired_ratio(rows, mode, peer_mode, category)
+            points = plan.settings_for(mode)
+            for point, peer_mode in itertools.product(points if len(points) > 1 else [None], peers):
+                ratio = paired_ratio(rows, mode, peer_mode, category, point)
+                at = "" if point is None else f" ({point[0] + ', ' if point[0] else ''}K={point[1]}, tau={point[2]:g})"
                 if ratio is not None:
-                    print(f"{category}: {mode} / {peer_mode} paired tok/s ratio {ratio:.3f} "
+                    print(f"{category}: {mode}{at} / {peer_mode} paired tok/s ratio {ratio:.3f} "
                           "(speed only: llama.cpp runs the GGUF's own quantization, so its text differs)")
     command = "specdec-bench " + " ".join(shlex.quote(a) for a in argv)
     if args.mlflow:

@@ -36,6 +36,7 @@ from specdec_tui.config import (
     settings_from_args,
 )
 from specdec_tui.models.errors import ModelError
+from specdec_tui.models.progress import ProgressFn
 from specdec_tui.observability.setup import Observers, require, telemetry_from_settings
 from specdec_tui.runtime import Runtime, load_runtime, with_draft
 from specdec_tui.terminal_progress import TerminalProgress
@@ -119,7 +120,7 @@ def draft_variants(args: argparse.Namespace, models: ModelSettings) -> list[Draf
     return list(dict.fromkeys(DraftVariant(model, precision, head or None) for model, precision, head in combos))
 
 
-def load_variants(runtime: Runtime, variants: list[DraftVariant], progress: TerminalProgress) -> dict[str, Runtime]:
+def load_variants(runtime: Runtime, variants: list[DraftVariant], progress: ProgressFn) -> dict[str, Runtime]:
     """A runtime per draft variant after the first, each with ``runtime``'s loaded target."""
     return {v.label: with_draft(runtime, v.model, v.precision, v.head_tokens, progress) for v in variants[1:]}
 

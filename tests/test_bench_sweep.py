@@ -23,6 +23,8 @@ from specdec_tui.bench.report import (
     summarize_rows,
 )
 from specdec_tui.bench.suite import BenchPrompt
+from specdec_tui.bench.tracking import bench_log
+from specdec_tui.config import load_settings
 from specdec_tui.models.loader import ModelPair
 from specdec_tui.observability.tracking import PARENT_TAG
 from specdec_tui.runtime import Runtime
@@ -64,6 +66,22 @@ def test_each_drafting_mode_runs_once_per_draft_variant_on_every_prompt_and_stay
     target_code = next(r for r in rows if (r.prompt_id, r.mode) == ("add", "target"))
     assert paired_ratio(rows, "hybrid", "target", "code", ("exact", 3, 1.0)) == pytest.approx(
         exact_code.tokens_per_s / target_code.tokens_per_s)
+
+
+@pytest.mark.parametrize(("ks", "children"), [([2], 0), ([2, 3], 2)])
+def test_one_labelled_draft_makes_a_child_run_per_k_and_tau_not_per_mode(ks: list[int], children: int):
+    # The CLI labels its one draft; prompt lookup's rows have no draft: both are one point per (K, tau).
+    runtime = Runtime.from_pair(serving_settings(), tiny_pair())
+    plan = BenchPlan(modes=["target", "hybrid", "prompt-lookup"], ks=ks, taus=[1.0], max_new_tokens=6,
+                     drafts=["tiny int4 head-all"])
+    rows = run_suite(runtime, PROMPTS[:1], plan)
+    settings, origins = load_settings()
+    logged = bench_log(rows, summarize_rows(rows), plan, settings, origins, Path("rows.csv"), None, "specdec-bench",
+                       None)
+    assert sorted(logged.children) == [("", k, 1.0) for k in ks][:children]
+    assert "code/hybrid/k2_tau1/median_tokens_per_s" in logged.metrics  # no draft in a name without a sweep
+    for _, metrics in logged.children.values():
+        assert {name.split("/")[1] for name in metrics} == {"hybrid", "prompt-lookup"}
 
 
 def test_a_draft_variant_without_its_runtime_is_refused_before_anything_runs():

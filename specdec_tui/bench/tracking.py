@@ -52,16 +52,17 @@ def bench_log(rows: Sequence[BenchRow], lines: Sequence[SummaryLine], plan: Benc
     by_draft = sweeps_drafts(lines)
     metrics = {**summary_metrics(lines, by_draft), **paired_metrics(rows, by_draft), "peak_memory_mb": peak_memory_mb()}
     labelled = {v.label: v for v in variants}
-    points = sorted({(r.draft, r.k, r.tau) for r in rows if r.k and (r.draft or not by_draft)})
+    # A point is a (K, tau), and a draft too when drafts are swept; a mode without a draft of its
+    # own (prompt lookup) belongs to every draft's point.
+    points = sorted({(r.draft if by_draft else "", r.k, r.tau) for r in rows if r.k and (r.draft or not by_draft)})
     children = {}
     if len(points) > 1:
         for draft, k, tau in points:
             variant = labelled.get(draft)
             differs = {"draft": variant.model, "draft_precision": variant.precision,
                        "draft_head_tokens": variant.head_tokens or 0, "draft_variant": draft} if variant else {}
-            # A mode without a draft of its own (prompt lookup) belongs to every draft's point.
             children[(draft, k, tau)] = (differs, summary_metrics(
-                line for line in lines if (line.k, line.tau) == (k, tau) and line.draft in (draft, "")))
+                line for line in lines if (line.k, line.tau) == (k, tau) and (not by_draft or line.draft in (draft, ""))))
     artifacts = [csv] + ([plot] if plot is not None else [])
     return BenchLog(params, metrics, children, artifacts, {"settings.txt": describe_settings(settings, origins)},
                     run_name=f"bench {models.target} <- {models.draft}")

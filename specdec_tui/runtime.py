@@ -163,13 +163,18 @@ def load_runtime(settings: Settings, progress: ProgressFn = no_progress,
     return Runtime.from_pair(settings, load_pair_for(settings, progress), observers)
 
 
+def draft_settings(settings: Settings, draft: str, precision: str, head_tokens: int | None) -> Settings:
+    """``settings`` with another draft model, precision and head."""
+    models = settings.models.model_copy(
+        update={"draft": draft, "draft_precision": precision, "draft_head_tokens": head_tokens})
+    return settings.model_copy(update={"models": models})
+
+
 def with_draft(runtime: Runtime, draft: str, precision: str, head_tokens: int | None,
                progress: ProgressFn = no_progress) -> Runtime:
     """``runtime``'s target (the same loaded model) with another draft: a point of a draft sweep."""
-    models = runtime.settings.models.model_copy(
-        update={"draft": draft, "draft_precision": precision, "draft_head_tokens": head_tokens})
-    settings = runtime.settings.model_copy(update={"models": models})
-    loaded = load_draft(runtime.pair.target, draft, precision=precision, cache=ModelCache(models.cache_dir),
+    settings = draft_settings(runtime.settings, draft, precision, head_tokens)
+    loaded = load_draft(runtime.pair.target, draft, precision=precision, cache=ModelCache(settings.models.cache_dir),
                         progress=progress, head_tokens=head_tokens)
     return Runtime.from_pair(settings, ModelPair(runtime.pair.target, loaded), runtime.observers)
 

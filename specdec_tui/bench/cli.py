@@ -21,6 +21,7 @@ from specdec_tui.bench.modes import (
     ALL_MODES,
     DEFAULT_MODES,
     ENGINE_MODES,
+    HF_MODES,
     TRACED_SUFFIX,
     run_mode,
     split_mode,
@@ -156,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         progress = TerminalProgress()
         runtime = load_runtime(settings, progress, Observers(telemetry=None if overhead else telemetry))
         draft_runtimes = load_variants(runtime, variants, progress)
+        if any(split_mode(mode)[0] in (*HF_MODES, *LLAMA_MODES) for mode in args.modes):
+            for model in (runtime.pair.target, runtime.pair.draft):
+                if model is not None:  # these modes read the model files, which packing may have removed
+                    model.weights_source(progress)
         progress.close()
     except (SettingsError, ModelError, SuiteError) as exc:
         print(f"specdec-bench: error: {exc}", file=sys.stderr)

@@ -107,8 +107,8 @@ def run_hf(pair: ModelPair, mode: str, prompt_ids: Sequence[int], params: Decode
 
 
 def run_llama(pair: ModelPair, mode: str, prompt_ids: Sequence[int], params: DecodeParams) -> RunResult:
-    draft = pair.draft.source if pair.draft is not None else None
-    tokens, seconds = peer(pair.target.source, draft).run(mode, prompt_ids, params, pair.target.eos_ids)
+    draft = pair.draft.weights_source() if pair.draft is not None else None
+    tokens, seconds = peer(pair.target.weights_source(), draft).run(mode, prompt_ids, params, pair.target.eos_ids)
     return RunResult(tokens, seconds, None, None)
 
 

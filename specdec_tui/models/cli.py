@@ -1,4 +1,4 @@
-"""specdec-models: list, fetch, verify and remove the models in the cache."""
+"""specdec-models: list, fetch, verify, prune and remove the models in the cache."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from specdec_tui.config import SettingsError, add_settings_flags, describe_settings, settings_from_args
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.errors import ModelError
-from specdec_tui.models.loader import local_source
+from specdec_tui.models.loader import drop_preset_gguf, local_source
 from specdec_tui.models.presets import PRESETS
 from specdec_tui.models.reference import parse_ref
 from specdec_tui.terminal_progress import TerminalProgress
@@ -23,7 +23,7 @@ def cmd_list(cache: ModelCache, names: list[str]) -> int:
     print("presets:")
     for preset in PRESETS.values():
         state = cache.check(preset.name)
-        shown = "cached" if state is None else state
+        shown = "cached" if state is None else "packed only" if packed_entries(cache, preset.name) else state
         print(f"  {preset.name:<22} {shown:<14} {preset.description}")
     packed = [key for key in cache.entries() if key not in PRESETS]
     if packed:
@@ -60,25 +60,44 @@ def cmd_verify(cache: ModelCache, names: list[str]) -> int:
     return 1 if failed else 0
 
 
+def packed_entries(cache: ModelCache, key: str) -> list[str]:
+    """The packed entries made from cache entry ``key`` (they are named after it)."""
+    return [entry for entry in cache.entries() if entry.startswith(f"{key}.")]
+
+
+def cmd_prune(cache: ModelCache, names: list[str]) -> int:
+    for name in names or list(PRESETS):
+        if parse_ref(name).kind != "preset":
+            raise ModelError(f"{name} is not a preset; prune removes presets' GGUF files")
+        if cache.check(name) == "not cached":
+            print(f"{name}: no GGUF cached")
+        elif not packed_entries(cache, name):
+            print(f"{name}: kept (nothing is packed from it yet)")
+        else:
+            drop_preset_gguf(cache, name, lambda event: None)
+            print(f"{name}: GGUF removed; its packed entries stay")
+    return 0
+
+
 def cmd_remove(cache: ModelCache, names: list[str]) -> int:
     for name in names:
         key = name if name in cache.entries() else parse_ref(name).cache_key
-        # A model's packed entries are named after it: they go with it.
-        removed = [entry for entry in cache.entries() if entry == key or entry.startswith(f"{key}.")]
+        # A model's packed entries go with it.
+        removed = [entry for entry in cache.entries() if entry == key] + packed_entries(cache, key)
         for entry in removed:
             cache.remove(entry)
         print(f"{name}: {f'removed ({len(removed)} entries)' if removed else 'was not cached'}")
     return 0
 
 
-COMMANDS = {"list": cmd_list, "fetch": cmd_fetch, "verify": cmd_verify, "remove": cmd_remove}
+COMMANDS = {"list": cmd_list, "fetch": cmd_fetch, "verify": cmd_verify, "prune": cmd_prune, "remove": cmd_remove}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec-models", description=__doc__)
     parser.add_argument("command", choices=COMMANDS, help="what to do")
     parser.add_argument("names", nargs="*", help="presets, .gguf files or cache entries "
-                        "(fetch: default the configured draft and target)")
+                        "(fetch: default the configured draft and target; prune: default every preset)")
     add_settings_flags(parser, only=("models",))
     args = parser.parse_args(argv)
     try:

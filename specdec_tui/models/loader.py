@@ -69,8 +69,17 @@ class LoadedModel:
     eos_ids: frozenset[int]
     vocab_size: int
     role: str
-    #: Where the weights were read from (a local folder).
+    #: Where the weights were read from: a folder, a file, or a preset's GGUF in ``cache`` (which
+    #: packing removes; ``weights_source`` fetches it again).
     source: str = ""
+    cache: ModelCache | None = None
+
+    def weights_source(self, progress: ProgressFn = no_progress) -> str:
+        """``source``, fetched again first where it is a preset's GGUF that is no longer cached."""
+        ref = parse_ref(self.name)
+        if ref.kind == "preset" and self.cache is not None:
+            return local_source(ref, self.cache, progress)
+        return self.source
 
     def hf_model(self) -> PreTrainedModel:
         """The transformers model at this precision (for Hugging Face generate())."""
@@ -78,7 +87,7 @@ class LoadedModel:
             assert self.model is not None
             return self.model
         if self.model is None:
-            self.model = _load_weights(self.source, self.name)[1]
+            self.model = _load_weights(self.weights_source(), self.name)[1]
         if not getattr(self.model, "_specdec_prepared", False):
             prepare_model(self.model, self.precision, self.device, self.role == "target")
             self.model._specdec_prepared = True
@@ -114,6 +123,15 @@ def local_source(ref: ModelRef, cache: ModelCache, progress: ProgressFn) -> str:
 def source_path(ref: ModelRef, cache: ModelCache) -> str:
     """``local_source`` without fetching anything: where the weights are, or will be once fetched."""
     return str(cache.path(ref.value) / PRESET_GGUF) if ref.kind == "preset" else ref.value
+
+
+def drop_preset_gguf(cache: ModelCache, name: str, progress: ProgressFn) -> None:
+    """Remove preset ``name``'s GGUF once a packed entry is made from it: a start loads only the
+    packed entry, and keeping both would more than double the disk the pair takes."""
+    with cache.lock(name):
+        if cache.remove(name):
+            progress(Progress(name, "prepare", 0, None,
+                              "removed the GGUF it was packed from (fetched again if ever needed)"))
 
 
 def packed_key(ref: ModelRef, precision: str, role: str, head_tokens: int | None, device: torch.device) -> str | None:
@@ -284,7 +302,7 @@ def load_model(
             progress(Progress(reference, "rebuild", 0, None, f"{exc}; packing it again"))
         else:
             return _loaded(reference, None, runner, tokenizer, config, generation, precision, device, role,
-                           source_path(ref, cache))
+                           source_path(ref, cache), cache)
     source = local_source(ref, cache, progress)
     progress(Progress(reference, "load", 0, None, f"reading {ref.kind} {ref.value}"))
     if ref.kind == "hub":
@@ -315,10 +333,13 @@ def load_model(
                          {"packed_from": reference, "role": role, "precision": precision, "head_tokens": head_tokens})
         except ModelError as exc:  # the model is loaded; only the next start is slower
             progress(Progress(reference, "prepare", 0, None, f"the packed weights were not stored: {exc}"))
+        else:
+            if ref.kind == "preset":
+                drop_preset_gguf(cache, ref.value, progress)
     # The lean forward holds packed copies; keeping the fp32 original too would double the memory.
     kept = model if isinstance(runner, HFRunner) else None
     loaded = _loaded(reference, kept, runner, tokenizer, model.config, model.generation_config, precision, device,
-                     role, source)
+                     role, source, cache)
     del model
     release_freed_memory()
     return loaded
@@ -326,7 +347,7 @@ def load_model(
 
 def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer: PreTrainedTokenizerBase,
             config: PretrainedConfig, generation: GenerationConfig, precision: str, device: torch.device,
-            role: str, source: str) -> LoadedModel:
+            role: str, source: str, cache: ModelCache) -> LoadedModel:
     return LoadedModel(
         name=name,
         model=model,
@@ -339,6 +360,7 @@ def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer:
         vocab_size=int(config.get_text_config().vocab_size),
         role=role,
         source=source,
+        cache=cache,
     )
 def check_same_tokenizer(draft: LoadedModel, target: LoadedModel) -> None:
     """Speculation compares token ids, so both models must map text to ids the same way."""

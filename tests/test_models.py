@@ -361,20 +361,32 @@ def test_a_model_folder_loads_ready_for_decoding(tmp_path: Path):
 
 
 @pytest.mark.parametrize("arch, precision, exact",
-                         [("qwen2", "int8", True), ("qwen2", "int8", False), ("llama", "fp16", True), ("llama", "fp32", True)])
-def test_the_fast_runner_layers_run_as_torchscript_with_the_numbers_of_eager_layers(arch: str, precision: str,
-                                                                                     exact: bool, int8_kernels: str):
-    runner = FastLlama.from_model(tiny_model(arch), precision, exact)
-    assert isinstance(runner.stack, torch.jit.ScriptModule)
+                         [("qwen2", "int8", True), ("qwen2", "int8", False), ("qwen2", "int4", False),
+                          ("llama", "fp16", True), ("llama", "fp32", True)])
+def test_the_fast_runner_runs_each_layer_as_one_kernel_call_or_as_torchscript_with_the_numbers_of_eager_layers(
+        arch: str, precision: str, exact: bool, int8_kernels: str):
+    model = tiny_model(arch)
+    with torch.no_grad():  # norms of ones and zero biases would hide a norm or bias put in the wrong place
+        generator = torch.Generator().manual_seed(3)
+        for name, param in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5 + ("norm" in name))
+    runner = FastLlama.from_model(model, precision, exact)
+    own_kernels = int8_kernels == "own-kernel" and precision in ("int8", "int4")
+    # The package's int8 / int4 layers run as one kernel call each, with nothing to compile; the rest
+    # as one TorchScript module.
+    assert (runner.kernel_layers is not None) == own_kernels
+    assert isinstance(runner.stack, torch.jit.ScriptModule) != own_kernels
     prompt, block = list(range(3, 3 + MAX_ROWS + 6)), [5, 17, 42]  # a prompt long enough for the masked kernel
 
     def logits() -> torch.Tensor:
         runner.reset()
-        return torch.cat([runner.forward(prompt, len(prompt)), runner.forward(block, len(block))])
+        return torch.cat([runner.forward(prompt, len(prompt)), runner.forward(block, len(block)),
+                          runner.forward([7], 1)])
 
-    scripted = logits()
-    runner.stack = LayerStack(runner.layers)
-    assert torch.equal(scripted, logits())
+    fast = logits()
+    runner.stack, runner.kernel_layers = LayerStack(runner.layers), None
+    assert torch.equal(fast, logits())
 
 
 def block_logits(model: LoadedModel) -> torch.Tensor:

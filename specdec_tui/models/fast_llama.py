@@ -11,9 +11,10 @@ each norm, each SwiGLU and each attention of a short block is one call of them (
 head for a draft (Qwen's BPE ids are in merge order, so low ids are the frequent ones); the other
 logits come back as -inf, so the draft simply never proposes them.
 
-The layers run as one TorchScript module where that works (see ``scripting``): the same kernels
-with far less per-op overhead, which is most of what a small draft's step costs beyond reading
-its weights.
+Per-op overhead is most of what a small draft's step costs beyond reading its weights, so it is
+kept out of a step: where every part of a layer is the package's kernels, a short block runs each
+layer as one kernel call (``decoder_layer``, the same functions in the same order as the modules);
+elsewhere the layers run as one TorchScript module where that works (see ``scripting``).
 """
 
 from __future__ import annotations
@@ -26,9 +27,27 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.embedding import DenseEmbedding, Embedding, embedding_from_tensors
-from specdec_tui.models.layers import Attention, RmsNorm, SwiGlu, attention, rms_norm, swiglu
-from specdec_tui.models.precision import PackProgress, linear_from_tensors, linear_tensors, pack_linears
+from specdec_tui.models.layers import (
+    Attention,
+    KernelAttention,
+    KernelRmsNorm,
+    KernelSwiGlu,
+    RmsNorm,
+    SwiGlu,
+    attention,
+    rms_norm,
+    swiglu,
+)
+from specdec_tui.models.precision import (
+    PackedInt4Linear,
+    PackedInt8Linear,
+    PackProgress,
+    linear_from_tensors,
+    linear_tensors,
+    pack_linears,
+)
 from specdec_tui.models.scripting import scripted
 
 if TYPE_CHECKING:
@@ -100,6 +119,25 @@ class LayerStack(nn.Module):
 
 #: A decoder layer's linears, in the order ``DecoderLayer`` takes them.
 LAYER_LINEARS = ("qkv", "out_proj", "gate_up", "down")
+NO_BIAS = torch.empty(0)
+
+
+def kernel_layer_args(layer: DecoderLayer) -> tuple | None:
+    """What ``torch.ops.specdec.decoder_layer`` takes after the cache length to run ``layer`` in one
+    call, or None where a part of the layer is not the package's kernels."""
+    linears = [getattr(layer, name) for name in LAYER_LINEARS]
+    parts = (layer.norm_in, layer.norm_post, layer.attention, layer.activation)
+    kernels = (KernelRmsNorm, KernelRmsNorm, KernelAttention, KernelSwiGlu)
+    if not all(isinstance(part, kind) for part, kind in zip(parts, kernels, strict=True)) or not all(
+            isinstance(linear, PackedInt8Linear | PackedInt4Linear) for linear in linears):
+        return None
+    weights = [tensor for linear in linears for tensor in (
+        (linear.packed, linear.scales, linear.column_sums) if isinstance(linear, PackedInt8Linear)
+        else (linear.packed, linear.scales, linear.minimums))]
+    return (layer.attention.heads, layer.attention.scale, layer.norm_in.eps, layer.norm_in.weight,
+            layer.norm_post.weight, [8 if isinstance(linear, PackedInt8Linear) else 4 for linear in linears],
+            weights, [NO_BIAS if linear.bias is None else linear.bias for linear in linears],
+            [linear.out_features for linear in linears])
 #: Bumped when what a packed file holds, or how it is laid out, changes.
 PACKED_FORMAT = 1
 
@@ -157,7 +195,12 @@ class FastLlama:
                          attention(self.heads, self.kv_heads, self.head_dim), swiglu(shape.intermediate))
             for layer in layers
         ]
-        self.stack = scripted(LayerStack(self.layers))
+        # Where every layer is the package's kernels, a block of up to MAX_ROWS rows runs each layer
+        # in one kernel call: no TorchScript to compile at every start. Longer blocks (prompts) run
+        # the layers' modules, whose Python costs little next to that much arithmetic.
+        kernel_args = [kernel_layer_args(layer) for layer in self.layers]
+        self.kernel_layers = kernel_args if all(args is not None for args in kernel_args) else None
+        self.stack = LayerStack(self.layers) if self.kernel_layers is not None else scripted(LayerStack(self.layers))
 
         theta = shape.rope_theta
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
@@ -166,12 +209,12 @@ class FastLlama:
         self.values: list[torch.Tensor] = []
         self.length = 0
         self._grow(256)
-        if isinstance(self.stack, torch.jit.ScriptModule):
-            # TorchScript profiles the first call and optimizes on the second (about a second for
-            # a 1.5B model): pay that while loading, not in the first reply.
-            for _ in range(2):
-                self.forward([0], 1)
-            self.reset()
+        # TorchScript profiles the first call and optimizes on the second (about a second for a 1.5B
+        # model); the kernel layers need one pass, which pages the mapped weights in. Pay that while
+        # loading, not in the first reply.
+        for _ in range(2 if isinstance(self.stack, torch.jit.ScriptModule) else 1):
+            self.forward([0], 1)
+        self.reset()
 
     @classmethod
     def from_model(
@@ -280,7 +323,11 @@ class FastLlama:
             self._grow(self.length + rows)
         x = self.embedding.rows(torch.tensor(ids))
         cos, sin = self._rotary(rows)
-        x = self.stack(x, cos, sin, self.keys, self.values, self.length)
+        if self.kernel_layers is not None and rows <= MAX_ROWS:
+            for keys, values, args in zip(self.keys, self.values, self.kernel_layers, strict=True):
+                x = torch.ops.specdec.decoder_layer(x, cos, sin, keys, values, self.length, *args)
+        else:
+            x = self.stack(x, cos, sin, self.keys, self.values, self.length)
         self.length += rows
         logits = self.head(self.final_norm(x[-n_logits:]))
         if self.head_tokens is None:

@@ -527,6 +527,35 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   return out;
 }
 
+// ---- a whole decoder layer over a short block, in the calls the Kernel* layers make one by one ----
+
+at::Tensor kernel_linear(int64_t kind, const at::Tensor& x, const at::Tensor* parts, const at::Tensor& bias,
+                         int64_t out_features) {
+  const std::optional<at::Tensor> b = bias.numel() ? std::optional<at::Tensor>(bias) : std::nullopt;
+  TORCH_CHECK(kind == 8 || kind == 4, "decoder_layer: a linear's kind is 8 (int8) or 4 (int4), not ", kind);
+  return kind == 8 ? int8_linear(x, parts[0], parts[1], parts[2], b, out_features)
+                   : int4_linear(x, parts[0], parts[1], parts[2], b, out_features);
+}
+
+// The same functions in the same order as the layer's modules call them, so the numbers are the same
+// bit for bit; one call instead of about ten saves the interpreter between them (no TorchScript needed).
+// Linears in the order qkv, out_proj, gate_up, down: kinds[i], weights[3i .. 3i + 2] (packed, scales,
+// column sums or minimums), biases[i] (empty: none), out_features[i].
+at::Tensor decoder_layer(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor keys,
+                         at::Tensor values, int64_t length, int64_t heads, double scale, double eps,
+                         const at::Tensor& norm_in, const at::Tensor& norm_post, at::IntArrayRef kinds,
+                         at::TensorList weights, at::TensorList biases, at::IntArrayRef out_features) {
+  TORCH_CHECK(kinds.size() == 4 && weights.size() == 12 && biases.size() == 4 && out_features.size() == 4,
+              "decoder_layer: four linears (qkv, out_proj, gate_up, down), three weight tensors each");
+  const auto linear = [&](size_t i, const at::Tensor& in) {
+    return kernel_linear(kinds[i], in, weights.data() + 3 * i, biases[i], out_features[i]);
+  };
+  const at::Tensor q = rotate_into_cache(linear(0, rms_norm(x, norm_in, eps)), cos, sin, keys, values, length, heads,
+                                         scale);
+  const at::Tensor h = x + linear(1, attend_rows(q, keys, values, length));
+  return h + linear(3, silu_mul(linear(2, rms_norm(h, norm_post, eps))));
+}
+
 }  // namespace
 
 TORCH_LIBRARY(specdec, m) {
@@ -540,4 +569,8 @@ TORCH_LIBRARY(specdec, m) {
         &rotate_into_cache);
   m.def("attend_rows(Tensor q, Tensor keys, Tensor values, int length) -> Tensor", &attend_rows);
   m.def("silu_mul(Tensor gate_up) -> Tensor", &silu_mul);
+  m.def("decoder_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int length, int heads, "
+        "float scale, float eps, Tensor norm_in, Tensor norm_post, int[] kinds, Tensor[] weights, Tensor[] biases, "
+        "int[] out_features) -> Tensor",
+        &decoder_layer);
 }

@@ -40,14 +40,7 @@ from specdec_tui.models.layers import (
     rms_norm,
     swiglu,
 )
-from specdec_tui.models.precision import (
-    PackedInt4Linear,
-    PackedInt8Linear,
-    PackProgress,
-    linear_from_tensors,
-    linear_tensors,
-    pack_linears,
-)
+from specdec_tui.models.precision import PackProgress, linear_from_tensors, linear_tensors, pack_linears
 from specdec_tui.models.scripting import scripted
 
 if TYPE_CHECKING:
@@ -119,27 +112,32 @@ class LayerStack(nn.Module):
 
 #: A decoder layer's linears, in the order ``DecoderLayer`` takes them.
 LAYER_LINEARS = ("qkv", "out_proj", "gate_up", "down")
+#: Bumped when what a packed file holds, or how it is laid out, changes.
+PACKED_FORMAT = 1
+#: The ``kinds`` code of each linear ``decoder_layer`` runs, by its kind in a packed file.
+KERNEL_LINEAR_KINDS = {"int8": 8, "int4": 4}
+#: ``decoder_layer``'s bias for a linear without one.
 NO_BIAS = torch.empty(0)
 
 
 def kernel_layer_args(layer: DecoderLayer) -> tuple | None:
     """What ``torch.ops.specdec.decoder_layer`` takes after the cache length to run ``layer`` in one
     call, or None where a part of the layer is not the package's kernels."""
-    linears = [getattr(layer, name) for name in LAYER_LINEARS]
     parts = (layer.norm_in, layer.norm_post, layer.attention, layer.activation)
     kernels = (KernelRmsNorm, KernelRmsNorm, KernelAttention, KernelSwiGlu)
-    if not all(isinstance(part, kind) for part, kind in zip(parts, kernels, strict=True)) or not all(
-            isinstance(linear, PackedInt8Linear | PackedInt4Linear) for linear in linears):
+    if not all(isinstance(part, kind) for part, kind in zip(parts, kernels, strict=True)):
         return None
-    weights = [tensor for linear in linears for tensor in (
-        (linear.packed, linear.scales, linear.column_sums) if isinstance(linear, PackedInt8Linear)
-        else (linear.packed, linear.scales, linear.minimums))]
+    # Each linear's kind and tensors as a packed file stores them: packed, scales, then column sums
+    # (int8) or minimums (int4), and the bias if it has one.
+    stored = [linear_tensors(getattr(layer, name)) for name in LAYER_LINEARS]
+    if any(linear is None or linear[0] not in KERNEL_LINEAR_KINDS for linear in stored):
+        return None
+    kinds, tensors = zip(*stored, strict=True)
+    weights = [tensor for parts in tensors for name, tensor in parts.items() if name != "bias"]
+    biases = [parts.get("bias", NO_BIAS) for parts in tensors]
     return (layer.attention.heads, layer.attention.scale, layer.norm_in.eps, layer.norm_in.weight,
-            layer.norm_post.weight, [8 if isinstance(linear, PackedInt8Linear) else 4 for linear in linears],
-            weights, [NO_BIAS if linear.bias is None else linear.bias for linear in linears],
-            [linear.out_features for linear in linears])
-#: Bumped when what a packed file holds, or how it is laid out, changes.
-PACKED_FORMAT = 1
+            layer.norm_post.weight, [KERNEL_LINEAR_KINDS[kind] for kind in kinds], weights, biases,
+            [getattr(layer, name).out_features for name in LAYER_LINEARS])
 
 
 @dataclass(frozen=True)

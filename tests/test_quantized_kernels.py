@@ -131,6 +131,58 @@ def test_int8_layers_use_the_kernel_for_targets_and_drafts_and_int4_its_4_bit_ke
     assert isinstance(convert_linear(layer, "int4", exact=False), PackedInt4Linear)
 
 
+#: Each instruction set of the products and the /proc/cpuinfo flags it needs.
+INSTRUCTION_SETS = {"avx512_vnni": {"avx512f", "avx512vl", "avx512_vnni"}, "avx_vnni": {"avx_vnni"},
+                    "avx2": {"avx2", "fma"}}
+
+
+def cpu_flags() -> set[str]:
+    text = Path("/proc/cpuinfo").read_text()
+    return set(next(line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")))
+
+
+@needs_kernels
+def test_the_products_use_the_fastest_instruction_set_the_processor_has():
+    runnable = [name for name, flags in INSTRUCTION_SETS.items() if flags <= cpu_flags()]
+    assert quantized_kernels.instruction_sets() == runnable
+    assert quantized_kernels.instruction_set() == runnable[0]
+
+
+@needs_kernels
+def test_an_instruction_set_the_processor_lacks_is_refused_in_one_line_and_changes_nothing():
+    fastest = quantized_kernels.instruction_set()
+    with (pytest.raises(RuntimeError, match="^this processor cannot run the kernels' 'sse4' products \\(it runs avx"),
+          quantized_kernels.using_instruction_set("sse4")):
+        pass
+    with pytest.raises(RuntimeError, match="no instruction set named sse4"):
+        torch.ops.specdec.use_instruction_set("sse4")
+    for name in INSTRUCTION_SETS.keys() - set(quantized_kernels.instruction_sets()):
+        with pytest.raises(RuntimeError, match=f"this processor cannot run {name}"):
+            torch.ops.specdec.use_instruction_set(name)
+    assert quantized_kernels.instruction_set() == fastest
+
+
+@needs_kernels
+@pytest.mark.parametrize("name", list(INSTRUCTION_SETS))
+def test_every_instruction_set_gives_the_avx2_numbers_bit_for_bit_and_blocks_equal_single_rows(name: str):
+    if name not in quantized_kernels.instruction_sets():
+        pytest.skip(f"this processor has no {name}")
+    torch.manual_seed(7)
+    for kind, layer in (("int8", PackedInt8Linear(linear(45, 130, True, 8))),
+                        ("int4", PackedInt4Linear(linear(21, 200, True, 9)))):
+        x = torch.randn(16, layer.in_features) * 3  # 16 rows: more than any set's pass
+        with quantized_kernels.using_instruction_set("avx2"):
+            expected = layer(x)
+        with quantized_kernels.using_instruction_set(name):
+            assert quantized_kernels.instruction_set() == name
+            blocks = [layer(x[:rows]) for rows in range(1, 17)]
+            single = torch.cat([layer(x[i : i + 1]) for i in range(16)])
+        for rows, block in enumerate(blocks, start=1):
+            assert torch.equal(block, expected[:rows]), (kind, rows)
+        assert torch.equal(single, expected), kind
+    assert quantized_kernels.instruction_set() == quantized_kernels.instruction_sets()[0]
+
+
 def test_without_a_compiler_int8_falls_back_to_fbgemm_with_one_warning(monkeypatch: pytest.MonkeyPatch, tmp_path):
     monkeypatch.setattr(quantized_kernels, "_state", {})
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))

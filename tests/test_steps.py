@@ -9,6 +9,7 @@ from tiny import perturbed, save_tiny, tiny_model, tiny_pair, tiny_tokenizer
 
 from specdec_tui.bench import cli
 from specdec_tui.bench.steps import cpu_flags, format_costs, measure
+from specdec_tui.models import quantized_kernels
 
 
 def test_the_verify_curve_starts_at_one_and_every_cost_is_measured():
@@ -48,6 +49,18 @@ def test_the_steps_command_prints_the_table_for_model_folders(tmp_path: Path, ca
     out = capsys.readouterr().out
     assert code == 0
     assert out.startswith("CPU: ") and "| 4 |" in out and "c = draft / target" in out
+    runs = quantized_kernels.instruction_sets()
+    if runs:  # the products the kernels use here are named, the fastest unless asked otherwise
+        assert f"the package's kernels, {runs[0]} products (this CPU runs {', '.join(runs)})" in out.splitlines()[0]
+        assert cli.main(["steps", "--target", str(target), "--draft", str(tmp_path / "draft"), "--precision", "int8",
+                         "--draft-precision", "fp32",
+                         "--cache-dir", str(tmp_path / "c"), "--contexts", "8", "--rows", "1,2", "--min-time", "0.01",
+                         "--instruction-set", "avx2"]) == 0
+        assert "the package's kernels, avx2 products" in capsys.readouterr().out
+    assert cli.main(["steps", "--target", str(target), "--cache-dir", str(tmp_path / "c"),
+                     "--instruction-set", "sse4"]) == 2
+    assert capsys.readouterr().err.strip().startswith("specdec-bench steps: error: this CPU cannot run the kernels' "
+                                                       "sse4 products (it runs ")
     assert cli.main(["steps", "--target", str(target), "--draft", str(tmp_path / "draft"), "--precision", "fp32",
                      "--cache-dir", str(tmp_path / "c"), "--contexts", "250", "--rows", "16"]) == 2
     assert "does not fit the target's 256 tokens" in capsys.readouterr().err

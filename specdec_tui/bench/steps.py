@@ -11,6 +11,7 @@ pass, and each figure is the median of its rounds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -116,6 +117,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--contexts", type=list_of(int), default=[128, 1024], help="context lengths, e.g. 128,1024")
     parser.add_argument("--rows", type=list_of(int), default=list(range(1, 17)), help="rows per pass, e.g. 1,5,9,16")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds of passes behind each figure")
+    parser.add_argument("--instruction-set", default=None,
+                        help="the kernels' products on avx512_vnni, avx_vnni or avx2 (default: the fastest here)")
     add_settings_flags(parser, only=("models",))
     args = parser.parse_args(argv)
     if any(m < 1 or m > 64 for m in args.rows) or any(n < 1 for n in args.contexts):
@@ -126,6 +129,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = settings_or_exit(args, "specdec-bench steps")
+    runs = quantized_kernels.instruction_sets()
+    chosen = args.instruction_set or (runs[0] if runs else None)
+    if chosen is not None and chosen not in runs:
+        print(f"specdec-bench steps: error: this CPU cannot run the kernels' {chosen} products "
+              f"(it runs {', '.join(runs) or 'none: the kernels did not load'})", file=sys.stderr)
+        return 2
     try:
         progress = TerminalProgress()
         pair = load_pair_for(settings, progress)
@@ -140,10 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name, flags = cpu_flags()
     models = settings.models
-    kernels = "the package's AVX2 kernels" if quantized_kernels.available() else "fbgemm and PyTorch ops"
+    kernels = f"the package's kernels, {chosen} products (this CPU runs {', '.join(runs)})" if runs \
+        else "fbgemm and PyTorch ops"
     print(f"CPU: {name}; flags: {' '.join(flags) or 'none of ' + ', '.join(ISA_FLAGS)}; "
           f"{torch.get_num_threads()} threads; {kernels}")
     print(f"target {pair.target.name} ({models.precision}), draft "
           f"{pair.draft.name + ' (' + models.draft_precision + ')' if pair.draft else 'none'}\n")
-    print(format_costs(measure(pair, args.contexts, args.rows, args.min_time)))
+    with quantized_kernels.using_instruction_set(chosen) if chosen else contextlib.nullcontext():
+        print(format_costs(measure(pair, args.contexts, args.rows, args.min_time)))
     return 0

@@ -11,26 +11,121 @@
 //
 // The weights stream from memory once per call: all rows of a call are multiplied against a block
 // of weights while it is in cache, so a few extra rows cost arithmetic, not memory traffic.
+//
+// The integer products are built for three instruction sets (quantized_products.inc) and the
+// fastest one the processor runs is chosen when the library loads: AVX-512 VNNI (vpdpbusd on the
+// 256-bit registers, of which AVX-512 has 32: twelve rows per pass), AVX-VNNI (the same
+// instruction, 16 registers) or AVX2. Their sums are exact integers, so all three give the same
+// numbers bit for bit; use_instruction_set picks another one, for tests and measurements.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace {
 
-constexpr int64_t kBlockColumns = 16;  // output columns per weight block: two 8-lane vectors
-constexpr int64_t kGroup = 4;          // input columns summed per lane by vpmaddubsw + vpmaddwd
-constexpr int kMaxRows = 5;            // rows per pass over a block: 2 x 5 accumulators fit the registers
+constexpr int64_t kBlockColumns = 16;  // output columns per int8 weight block: two 8-lane vectors
+constexpr int64_t kGroup = 4;          // input columns summed per lane by one dot product of four
 constexpr int kOffset = 64;            // activations are stored as q + 64
 constexpr float kLevels = 63.0f;       // q in [-63, 63]
 constexpr int64_t kPrefetchBytes = 2048;
+constexpr int64_t kInt4Columns = 8;    // output columns per int4 block: one 8-lane vector
+constexpr int64_t kInt4Group = 64;     // inputs sharing one int4 scale and minimum
+constexpr int kMostRows = 12;          // the most rows per pass any instruction set takes
+
+// One instruction set's products: int8 multiplies up to int8_rows rows with one block of weights
+// (sums [rows, 16]), int4 up to int4_rows rows (out [rows, 8], before the rows' scales).
+struct Products {
+  const char* name;
+  bool (*runs_here)();
+  int int8_rows;
+  void (*int8)(int rows, const int8_t* weights, const uint8_t* const* q, int64_t groups, int32_t* sums);
+  int int4_rows;
+  void (*int4)(int rows, const uint8_t* weights, const uint16_t* scales, const uint16_t* minimums,
+               const int8_t* const* q, const float* const* sums, int64_t groups, float* out);
+};
+
+}  // namespace
+
+// Two 8-lane accumulators per row and the two weight vectors fit AVX2's 16 registers at 5 rows.
+#define SPECDEC_ISA avx2
+#define SPECDEC_TARGET
+#define SPECDEC_INT8_ROWS 5
+#define SPECDEC_INT4_ROWS 3
+namespace {
+#include "quantized_products.inc"
+}
+
+#define SPECDEC_ISA avx_vnni
+#define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define SPECDEC_DPBUSD _mm256_dpbusd_avx_epi32
+#define SPECDEC_INT8_ROWS 6
+#define SPECDEC_INT4_ROWS 4
+namespace {
+#include "quantized_products.inc"
+}
+
+// EVEX-encoded vpdpbusd reaches 32 registers: 24 accumulators for twelve rows.
+#define SPECDEC_ISA avx512_vnni
+#define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define SPECDEC_DPBUSD _mm256_dpbusd_epi32
+#define SPECDEC_INT8_ROWS 12
+#define SPECDEC_INT4_ROWS 8
+namespace {
+#include "quantized_products.inc"
+}
+
+namespace {
+
+bool runs_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool runs_avx_vnni() { return runs_avx2() && __builtin_cpu_supports("avxvnni"); }
+bool runs_avx512_vnni() {
+  return runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+// Fastest first.
+const Products kInstructionSets[] = {
+    avx512_vnni::products("avx512_vnni", runs_avx512_vnni),
+    avx_vnni::products("avx_vnni", runs_avx_vnni),
+    avx2::products("avx2", runs_avx2),
+};
+
+const Products* fastest_here() {
+  for (const Products& set : kInstructionSets)
+    if (set.runs_here()) return &set;
+  return &kInstructionSets[std::size(kInstructionSets) - 1];  // the Python side loads us only with AVX2
+}
+
+std::atomic<const Products*> chosen{fastest_here()};
+
+std::vector<std::string> instruction_sets() {
+  std::vector<std::string> names;
+  for (const Products& set : kInstructionSets)
+    if (set.runs_here()) names.emplace_back(set.name);
+  return names;
+}
+
+std::string instruction_set() { return chosen.load()->name; }
+
+void use_instruction_set(const std::string& name) {
+  for (const Products& set : kInstructionSets) {
+    if (name != set.name) continue;
+    TORCH_CHECK(set.runs_here(), "use_instruction_set: this processor cannot run ", name);
+    chosen.store(&set);
+    return;
+  }
+  TORCH_CHECK(false, "use_instruction_set: no instruction set named ", name);
+}
 
 float row_peak(const float* row, int64_t width) {
   float peak = 0.f;
@@ -65,41 +160,6 @@ void quantize_rows(const float* x, int64_t rows, int64_t width, int64_t padded, 
   }
 }
 
-// Integer dot products of R activation rows with one block of 16 weight columns.
-template <int R>
-void block_products(const int8_t* weights, const uint8_t* const* rows, int64_t groups, int32_t* sums) {
-  __m256i low[R], high[R];
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int r = 0; r < R; ++r) low[r] = high[r] = _mm256_setzero_si256();
-  for (int64_t g = 0; g < groups; ++g) {
-    const int8_t* w = weights + g * kGroup * kBlockColumns;
-    _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes), _MM_HINT_T0);
-    const __m256i w_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-    const __m256i w_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
-    for (int r = 0; r < R; ++r) {
-      int32_t four;
-      std::memcpy(&four, rows[r] + g * kGroup, sizeof four);
-      const __m256i x = _mm256_set1_epi32(four);
-      low[r] = _mm256_add_epi32(low[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w_low), ones));
-      high[r] = _mm256_add_epi32(high[r], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w_high), ones));
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + r * kBlockColumns), low[r]);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + r * kBlockColumns + 8), high[r]);
-  }
-}
-
-void rows_products(int rows, const int8_t* weights, const uint8_t* const* q, int64_t groups, int32_t* sums) {
-  switch (rows) {
-    case 1: return block_products<1>(weights, q, groups, sums);
-    case 2: return block_products<2>(weights, q, groups, sums);
-    case 3: return block_products<3>(weights, q, groups, sums);
-    case 4: return block_products<4>(weights, q, groups, sums);
-    default: return block_products<5>(weights, q, groups, sums);
-  }
-}
-
 // x [M, K] float; packed [N/16, K/4, 16, 4] int8 (padded); scales [N/16*16] float;
 // column_sums [N/16*16] int32 (sum of each column's int8 weights); bias [N] float or none.
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
@@ -120,17 +180,18 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const int32_t* w_sum = column_sums.data_ptr<int32_t>();
   const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
 
+  const Products& products = *chosen.load();
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    int32_t sums[kMaxRows * kBlockColumns];
-    const uint8_t* chunk[kMaxRows];
+    int32_t sums[kMostRows * kBlockColumns];
+    const uint8_t* chunk[kMostRows];
     for (int64_t block = begin; block < end; ++block) {
       const int8_t* weights = w + block * groups * kGroup * kBlockColumns;
       const int64_t first = block * kBlockColumns;
       const int64_t last = std::min(first + kBlockColumns, out_features);
-      for (int64_t m0 = 0; m0 < rows; m0 += kMaxRows) {
-        const int count = static_cast<int>(std::min<int64_t>(kMaxRows, rows - m0));
+      for (int64_t m0 = 0; m0 < rows; m0 += products.int8_rows) {
+        const int count = static_cast<int>(std::min<int64_t>(products.int8_rows, rows - m0));
         for (int i = 0; i < count; ++i) chunk[i] = q.data() + (m0 + i) * padded;
-        rows_products(count, weights, chunk, groups, sums);
+        products.int8(count, weights, chunk, groups, sums);
         for (int i = 0; i < count; ++i) {
           const float s = row_scale[m0 + i];
           float* out_row = o + (m0 + i) * out_features;
@@ -150,12 +211,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
 // ---- int4 weights (for drafts): 4-bit columns with a scale and a minimum per 64 inputs ----
 //
 // w = scale * q + minimum, q in [0, 15]. Activations are quantized per row to 8 bits
-// (q in [-127, 127]); nibbles are the unsigned operand of vpmaddubsw, so a pair sums to at most
-// 2 * 15 * 127 and eight such products add up in int16 without saturating.
-
-constexpr int64_t kInt4Columns = 8;   // output columns per block: one 8-lane vector
-constexpr int64_t kInt4Group = 64;    // inputs sharing one scale and minimum
-constexpr int kInt4MaxRows = 3;
+// (q in [-127, 127]) and multiplied by the nibbles in exact integer arithmetic.
 
 void quantize_rows_signed(const float* x, int64_t rows, int64_t width, int64_t padded, int8_t* q,
                           float* scale, float* group_sums) {
@@ -174,52 +230,6 @@ void quantize_rows_signed(const float* x, int64_t rows, int64_t width, int64_t p
       group_sums[m * groups + g] = static_cast<float>(sum);
     }
   }
-}
-
-inline __m256 half8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-template <int R>
-void int4_block(const uint8_t* weights, const uint16_t* scales, const uint16_t* minimums,
-                const int8_t* const* rows, const float* const* sums, int64_t groups, float* out) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  __m256 total[R];
-  for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* w = weights + g * (kInt4Group / 2) * kInt4Columns;
-    // A group is four cache lines; fetching only the first ahead was slower than fetching none.
-    for (int line = 0; line < 4; ++line)
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes + 64 * line), _MM_HINT_T0);
-    __m256i dot[R];
-    for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half) {
-      __m256i partial[R];
-      for (int r = 0; r < R; ++r) partial[r] = _mm256_setzero_si256();
-      for (int j = half * 4; j < half * 4 + 4; ++j) {
-        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * 32));
-        const __m256i low = _mm256_and_si256(packed, nibble);
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
-        const int64_t k = g * kInt4Group + j * 8;
-        for (int r = 0; r < R; ++r) {
-          int32_t first, second;
-          std::memcpy(&first, rows[r] + k, 4);
-          std::memcpy(&second, rows[r] + k + 4, 4);
-          partial[r] = _mm256_add_epi16(partial[r], _mm256_maddubs_epi16(low, _mm256_set1_epi32(first)));
-          partial[r] = _mm256_add_epi16(partial[r], _mm256_maddubs_epi16(high, _mm256_set1_epi32(second)));
-        }
-      }
-      for (int r = 0; r < R; ++r) dot[r] = _mm256_add_epi32(dot[r], _mm256_madd_epi16(partial[r], ones));
-    }
-    const __m256 scale = half8(scales + g * kInt4Columns);
-    const __m256 minimum = half8(minimums + g * kInt4Columns);
-    for (int r = 0; r < R; ++r) {
-      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r]), scale, total[r]);
-      total[r] = _mm256_fmadd_ps(_mm256_set1_ps(sums[r][g]), minimum, total[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * kInt4Columns, total[r]);
 }
 
 // x [M, K] float; packed [N/8, K/64, 8, 8, 4] uint8 (two inputs per byte); scales and minimums
@@ -243,27 +253,24 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const auto* mn = reinterpret_cast<const uint16_t*>(minimums.data_ptr<int16_t>());
   const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
 
+  const Products& products = *chosen.load();
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    float block_out[kInt4MaxRows * kInt4Columns];
-    const int8_t* chunk[kInt4MaxRows];
-    const float* chunk_sums[kInt4MaxRows];
+    float block_out[kMostRows * kInt4Columns];
+    const int8_t* chunk[kMostRows];
+    const float* chunk_sums[kMostRows];
     for (int64_t block = begin; block < end; ++block) {
       const uint8_t* weights = w + block * groups * (kInt4Group / 2) * kInt4Columns;
       const uint16_t* block_scales = s + block * groups * kInt4Columns;
       const uint16_t* block_minimums = mn + block * groups * kInt4Columns;
       const int64_t first = block * kInt4Columns;
       const int64_t last = std::min(first + kInt4Columns, out_features);
-      for (int64_t m0 = 0; m0 < rows; m0 += kInt4MaxRows) {
-        const int count = static_cast<int>(std::min<int64_t>(kInt4MaxRows, rows - m0));
+      for (int64_t m0 = 0; m0 < rows; m0 += products.int4_rows) {
+        const int count = static_cast<int>(std::min<int64_t>(products.int4_rows, rows - m0));
         for (int i = 0; i < count; ++i) {
           chunk[i] = q.data() + (m0 + i) * padded;
           chunk_sums[i] = group_sums.data() + (m0 + i) * groups;
         }
-        switch (count) {
-          case 1: int4_block<1>(weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out); break;
-          case 2: int4_block<2>(weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out); break;
-          default: int4_block<3>(weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out); break;
-        }
+        products.int4(count, weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out);
         for (int i = 0; i < count; ++i) {
           float* out_row = o + (m0 + i) * out_features;
           for (int64_t n = first; n < last; ++n) {
@@ -569,6 +576,9 @@ TORCH_LIBRARY(specdec, m) {
         &rotate_into_cache);
   m.def("attend_rows(Tensor q, Tensor keys, Tensor values, int length) -> Tensor", &attend_rows);
   m.def("silu_mul(Tensor gate_up) -> Tensor", &silu_mul);
+  m.def("instruction_sets() -> str[]", &instruction_sets);
+  m.def("instruction_set() -> str", &instruction_set);
+  m.def("use_instruction_set(str name) -> ()", &use_instruction_set);
   m.def("decoder_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int length, int heads, "
         "float scale, float eps, Tensor norm_in, Tensor norm_post, int[] kinds, Tensor[] weights, Tensor[] biases, "
         "int[] out_features) -> Tensor",

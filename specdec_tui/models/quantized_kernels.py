@@ -1,4 +1,4 @@
-"""This package's AVX2 kernels (``quantized_kernels.cpp``): built on first use, then cached.
+"""This package's CPU kernels (``quantized_kernels.cpp``): built on first use, then cached.
 
 ``int8_linear`` multiplies row-wise quantized activations by int8 weights in exact integer
 arithmetic (see the source's header), so it is batch-invariant like the fbgemm row-wise path, but
@@ -7,6 +7,11 @@ a verify block of up to five rows costs about what one row does: the weights str
 draft's memory-bound steps. ``rms_norm`` is the norm between them in one call instead of PyTorch's
 ten small ops, and ``rotate_into_cache`` + ``attend_rows`` are a decode step's attention in two calls
 instead of about twenty; each row of them is computed on its own, so they are batch-invariant too.
+
+The integer products are built for AVX2, AVX-VNNI and AVX-512 VNNI in one library, and the fastest
+set the processor runs is used (``instruction_sets()``); VNNI's ``vpdpbusd`` makes the same exact
+sums in fewer instructions, and AVX-512's 32 registers let a pass over the weights take twelve rows
+instead of five, so the same numbers come out on every host.
 
 It is compiled with the system's C++ compiler against the installed torch and cached under the
 user cache directory, keyed by the source, torch and compiler. Without a compiler or AVX2, or if
@@ -24,12 +29,15 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import platformdirs
 import torch
 
 SOURCE = Path(__file__).with_name("quantized_kernels.cpp")
+PRODUCTS_SOURCE = Path(__file__).with_name("quantized_products.inc")  # included by SOURCE
 INT8_COLUMNS = 16  # kBlockColumns in the source
 INT8_GROUP = 4  # kGroup in the source
 INT4_COLUMNS = 8  # kInt4Columns in the source
@@ -58,7 +66,7 @@ def _flags() -> list[str]:
 
 def _library_path() -> Path:
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
+    for part in (SOURCE.read_bytes(), PRODUCTS_SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
                  _compiler().encode(), " ".join(_flags()).encode()):
         key.update(part)
     return Path(platformdirs.user_cache_dir("specdec-tui")) / "kernels" / key.hexdigest()[:16] / "quantized_kernels.so"
@@ -111,6 +119,31 @@ def available() -> bool:
                 warnings.warn(f"int8/int4 kernels unavailable, using fbgemm int8 instead: {exc}", stacklevel=2)
                 _state["loaded"] = False
         return _state["loaded"]
+
+
+def instruction_sets() -> list[str]:
+    """The instruction sets this processor runs the int8 and int4 products with, fastest first
+    (``avx512_vnni``, ``avx_vnni``, ``avx2``); empty without the kernels. All give the same numbers."""
+    return list(torch.ops.specdec.instruction_sets()) if available() else []
+
+
+def instruction_set() -> str | None:
+    """The instruction set the products use now: the fastest this processor runs unless changed."""
+    return str(torch.ops.specdec.instruction_set()) if available() else None
+
+
+@contextmanager
+def using_instruction_set(name: str) -> Iterator[None]:
+    """Runs the products with ``name`` inside the block; a one-line RuntimeError if this processor can't."""
+    if name not in instruction_sets():
+        raise RuntimeError(f"this processor cannot run the kernels' {name!r} products "
+                           f"(it runs {', '.join(instruction_sets()) or 'none'})")
+    previous = instruction_set()
+    torch.ops.specdec.use_instruction_set(name)
+    try:
+        yield
+    finally:
+        torch.ops.specdec.use_instruction_set(previous)
 
 
 def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

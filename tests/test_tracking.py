@@ -29,6 +29,7 @@ from specdec_tui.bench.suite import BenchPrompt
 from specdec_tui.bench.tracking import bench_log
 from specdec_tui.config import TelemetrySettings, load_settings
 from specdec_tui.engine.decoder import FinishedEvent
+from specdec_tui.models import quantized_kernels
 from specdec_tui.observability.setup import Observers, telemetry_from_settings
 from specdec_tui.observability.telemetry import Telemetry
 from specdec_tui.observability.tracking import PARENT_TAG, ReplyTracker, log_bench
@@ -70,6 +71,9 @@ def test_a_bench_run_and_its_sweep_are_read_back_from_a_sqlite_store(tmp_path: P
         "target,speculative,hybrid,hybrid+telemetry", "2,3", "1", "8")
     assert params["target_version"].startswith("sha256:") and params["precision"] == settings.models.precision
     assert params["prompt_count"] == "2" and params["package_version"]
+    # which products ran: their instruction set, since a VNNI host and an AVX2 one differ in speed
+    assert params["kernels"] == (f"specdec ({quantized_kernels.instruction_set()})" if quantized_kernels.available()
+                                 else "fbgemm")
     metrics = run.data.metrics
     for row in read_csv(out):  # one prompt per category: each median is that prompt's own row
         mode = row["mode"].replace("+", "_")  # MLflow allows no "+" in a metric name

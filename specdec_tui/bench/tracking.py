@@ -33,7 +33,7 @@ def bench_log(rows: Sequence[BenchRow], lines: Sequence[SummaryLine], plan: Benc
         **model_versions(models.target, models.draft),
         "precision": models.precision,
         "draft_precision": models.draft_precision,
-        "kernels": "specdec (AVX2)" if quantized_kernels.available() else "fbgemm",
+        "kernels": f"specdec ({quantized_kernels.instruction_set()})" if quantized_kernels.available() else "fbgemm",
         "modes": ",".join(plan.modes),
         "ks": ",".join(str(k) for k in plan.ks),
         "taus": ",".join(f"{t:g}" for t in plan.taus),

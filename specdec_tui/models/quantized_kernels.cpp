@@ -425,59 +425,93 @@ inline __m256 eight_dots(const float* q, const float* keys) {
   return _mm256_add_ps(low, high);
 }
 
-// out[0 : 8C] = inverse * sum over t of weights[t] * values[t, 0 : 8C]: C independent sums, so
-// the loop runs at the FMA units' rate, not their latency.
+// sums[0 : 8C] += sum over t in [first, last) of weights[t] * values[t, 0 : 8C], in the order of t:
+// C independent sums, so the loop runs at the FMA units' rate, not their latency. A sum carried
+// through memory between calls takes the same steps as one kept in registers.
 template <int C>
-void weighted_sum(const float* weights, const float* values, int64_t stop, int64_t dim, float inverse, float* out) {
+void add_weighted_values(const float* weights, const float* values, int64_t first, int64_t last, int64_t dim,
+                         float* sums) {
   __m256 acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t t = 0; t < stop; ++t) {
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_loadu_ps(sums + 8 * c);
+  for (int64_t t = first; t < last; ++t) {
     const __m256 weight = _mm256_set1_ps(weights[t]);
     for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(values + t * dim + 8 * c), acc[c]);
   }
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(acc[c], _mm256_set1_ps(inverse)));
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(sums + 8 * c, acc[c]);
 }
 
-// One query head over keys and values [stop, 8C]: softmax(q k^T) v into out.
-template <int C>
-void attend_one(const float* q, const float* keys, const float* values, int64_t stop, float* scores, float* out) {
-  constexpr int64_t dim = 8 * C;
-  int64_t t = 0;
-  for (; t + 8 <= stop; t += 8) _mm256_storeu_ps(scores + t, eight_dots<C>(q, keys + t * dim));
-  for (; t < stop; ++t) scores[t] = lanes_sum(dot_lanes<C>(q, keys + t * dim));
+// Softmax of scores[0 : stop] in place (padded with zeros to a multiple of 8); returns
+// 1 / the sum of the exponentials, which the weighted values are multiplied by.
+float softmax_unscaled(float* scores, int64_t stop) {
   const int64_t padded = (stop + 7) / 8 * 8;
   std::fill(scores + stop, scores + padded, -std::numeric_limits<float>::infinity());
   __m256 peaks = _mm256_loadu_ps(scores);
-  for (t = 8; t < padded; t += 8) peaks = _mm256_max_ps(peaks, _mm256_loadu_ps(scores + t));
+  for (int64_t t = 8; t < padded; t += 8) peaks = _mm256_max_ps(peaks, _mm256_loadu_ps(scores + t));
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, peaks);
   const float peak = *std::max_element(lanes, lanes + 8);
   __m256 total = _mm256_setzero_ps();
   const __m256 shift = _mm256_set1_ps(peak);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (t = 0; t < padded; t += 8) {
+  for (int64_t t = 0; t < padded; t += 8) {
     // Lanes past stop get e^-87 from the clamp: zero them so they add nothing.
     const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(stop - t), lane));
     const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + t), shift)), live);
     _mm256_storeu_ps(scores + t, e);
     total = _mm256_add_ps(total, e);
   }
-  const float inverse = 1.0f / lanes_sum(total);
-  // At most eight sums at a time: sixteen would not leave a register for the weight.
-  for (int64_t d = 0; d < dim; d += 64) weighted_sum<std::min(C, 8)>(scores, values + d, stop, dim, inverse, out + d);
+  return 1.0f / lanes_sum(total);
 }
 
+constexpr int64_t kValueBlock = 64;  // values per pass over a group's heads: 16 KB of a 128-wide head
+
+// `count` query heads q [count, 8C] that share one key and value head [stop, 8C]: softmax(q k^T) v
+// into out [count, 8C]. Each block of keys and of values is read from memory once and used by every
+// head while it is in cache, instead of once per head; each head's numbers take the same steps in
+// the same order as with one head at a time. scores holds count * padded floats.
+template <int C>
+void attend_group(const float* q, const float* keys, const float* values, int64_t stop, int64_t count, float* scores,
+                  float* out) {
+  constexpr int64_t dim = 8 * C;
+  constexpr int kSums = std::min(C, 8);  // sums at a time: sixteen would not leave a register for the weight
+  const int64_t padded = (stop + 7) / 8 * 8;
+  int64_t t = 0;
+  for (; t + 8 <= stop; t += 8)
+    for (int64_t h = 0; h < count; ++h)
+      _mm256_storeu_ps(scores + h * padded + t, eight_dots<C>(q + h * dim, keys + t * dim));
+  for (; t < stop; ++t)
+    for (int64_t h = 0; h < count; ++h) scores[h * padded + t] = lanes_sum(dot_lanes<C>(q + h * dim, keys + t * dim));
+  std::vector<float> inverse(count);
+  for (int64_t h = 0; h < count; ++h) inverse[h] = softmax_unscaled(scores + h * padded, stop);
+  std::fill(out, out + count * dim, 0.0f);
+  for (int64_t d = 0; d < dim; d += 8 * kSums)
+    for (int64_t first = 0; first < stop; first += kValueBlock)
+      for (int64_t h = 0; h < count; ++h)
+        add_weighted_values<kSums>(scores + h * padded, values + d, first, std::min(stop, first + kValueBlock), dim,
+                                   out + h * dim + d);
+  for (int64_t h = 0; h < count; ++h)
+    for (int64_t d = 0; d < dim; d += 8)
+      _mm256_storeu_ps(out + h * dim + d, _mm256_mul_ps(_mm256_loadu_ps(out + h * dim + d), _mm256_set1_ps(inverse[h])));
+}
+
+// Work items are (row, key/value head, part of its query heads): a group's heads in as few parts as
+// still give every thread an item.
 template <int C>
 void attend_heads(const float* query, const float* k, const float* v, int64_t length, int64_t rows, int64_t heads,
                   int64_t kv_heads, int64_t capacity, float* o) {
   constexpr int64_t dim = 8 * C;
   const int64_t groups = heads / kv_heads;
-  at::parallel_for(0, rows * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores((length + rows + 7) / 8 * 8);
+  const int64_t parts = std::min(groups, std::max<int64_t>(1, (at::get_num_threads() + rows * kv_heads - 1) /
+                                                                   (rows * kv_heads)));
+  const int64_t per_part = (groups + parts - 1) / parts;
+  at::parallel_for(0, rows * kv_heads * parts, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(per_part * ((length + rows + 7) / 8 * 8));
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t m = item / heads, g = item % heads / groups;
-      attend_one<C>(query + item * dim, k + g * capacity * dim, v + g * capacity * dim, length + m + 1, scores.data(),
-                    o + item * dim);
+      const int64_t m = item / (kv_heads * parts), g = item / parts % kv_heads, part = item % parts;
+      const int64_t first = g * groups + part * per_part, count = std::min(per_part, groups - part * per_part);
+      if (count <= 0) continue;
+      attend_group<C>(query + (m * heads + first) * dim, k + g * capacity * dim, v + g * capacity * dim,
+                      length + m + 1, count, scores.data(), o + (m * heads + first) * dim);
     }
   });
 }

@@ -166,6 +166,15 @@ def test_bad_logits_are_nan_or_infinite_but_masked_ids_are_fine():
     logits[1, 2] = float("nan")
     assert bad_logits(logits) == "NaN logits"
     assert bad_logits(torch.tensor([[0.0, float("inf")]])) == "infinite logits"
+    # in any row of a verify block, beside finite rows and masked ids
+    block = torch.zeros(3, 5)
+    block[0, 1:] = float("-inf")
+    block[2, 4] = float("inf")
+    assert bad_logits(block) == "infinite logits"
+    block[2, 4], block[1, 0] = 0.0, float("nan")
+    assert bad_logits(block) == "NaN logits"
+    block[1, 0], block[2] = 0.0, float("-inf")
+    assert bad_logits(block) == "a row of logits with no finite value"
 
 
 def test_a_breaker_never_holds_its_lock_between_passes():

@@ -85,6 +85,10 @@ class Breaker:
 
 def bad_logits(logits: torch.Tensor) -> str | None:
     """Why ``logits`` cannot be decoded from, or None. -inf alone is fine (masked ids)."""
+    # Each row's maximum is NaN, +inf or -inf exactly when the row holds a NaN, a +inf or nothing
+    # finite: one pass over the logits decides the usual case, not three.
+    if torch.isfinite(logits.amax(dim=-1)).all():
+        return None
     if torch.isnan(logits).any():
         return "NaN logits"
     if torch.isposinf(logits).any():

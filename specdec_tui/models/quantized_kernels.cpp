@@ -86,7 +86,12 @@ namespace {
 
 namespace {
 
-bool runs_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool runs_avx2() {
+  // The choice below is made by a static constructor, which may run before libgcc's own has read
+  // the CPU's features; without this every check would say no, and VNNI hosts would get AVX2.
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
 bool runs_avx_vnni() { return runs_avx2() && __builtin_cpu_supports("avxvnni"); }
 bool runs_avx512_vnni() {
   return runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&

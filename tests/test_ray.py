@@ -224,16 +224,21 @@ def test_a_requests_trace_runs_from_the_front_into_the_replica(cluster: None):
             response = httpx.post(f"{url}/v1/chat/completions", timeout=TIMEOUT, json={
                 "model": "tiny-qwen2", "messages": conversation(0), "max_tokens": 4, "temperature": 0})
             assert response.status_code == 200, response.text
+            # Each process exports on its own schedule: wait for the reply span's parent and its
+            # parent, not for a count of spans (the replica's own ASGI spans can come first).
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 spans = received.snapshot()
+                by_id = {s.span_id: s for s in spans}
                 chat = [s for s in spans if s.name == "chat tiny-qwen2"]
-                if chat and len({s.span_id for s in spans if s.trace_id == chat[0].trace_id}) >= 3:
+                replica_request = by_id.get(chat[0].parent_id) if chat else None
+                if replica_request is not None and replica_request.parent_id in by_id:
                     break
                 time.sleep(0.5)
     assert chat, f"no reply span arrived: {[s.name for s in spans]}"
-    by_id = {s.span_id: s for s in spans if s.trace_id == chat[0].trace_id}
-    replica_request = by_id[chat[0].parent_id]
+    assert replica_request is not None, f"the reply span's parent never arrived: {[s.name for s in spans]}"
+    assert replica_request.parent_id in by_id, (
+        f"the replica's request span has no parent from the front: {[(s.name, s.parent_id) for s in spans]}")
     front_request = by_id[replica_request.parent_id]
     assert replica_request.kind == server_kind and replica_request.name == "POST /v1/chat/completions"
     # The replica's request span has a parent only because the front's trace context crossed over.

@@ -512,53 +512,77 @@ float softmax_unscaled(float* scores, int64_t stop) {
 
 constexpr int64_t kValueBlock = 64;  // values per pass over a group's heads: 16 KB of a 128-wide head
 
-// `count` query heads q [count, 8C] that share one key and value head [stop, 8C]: softmax(q k^T) v
-// into out [count, 8C]. Each block of keys and of values is read from memory once and used by every
-// head while it is in cache, instead of once per head; each head's numbers take the same steps in
-// the same order as with one head at a time. scores holds count * padded floats.
+// A query row of one head: its rotated, scaled q [8C], how many cached positions it attends to, and
+// where its output [8C] goes.
+struct Query {
+  const float* q;
+  int64_t stop;
+  float* out;
+};
+
+// softmax(q k^T) v for `count` queries that share one key and value head [*, 8C]: the heads of a
+// group, for every row of a block. Each block of keys and of values is read from memory once and
+// used by every query while it is in cache, instead of once per query; each query's numbers take
+// the same steps in the same order as it would alone. scores holds count * (longest stop, padded
+// to 8) floats, inverse count.
 template <int C>
-void attend_group(const float* q, const float* keys, const float* values, int64_t stop, int64_t count, float* scores,
-                  float* out) {
+void attend_group(const Query* queries, int64_t count, const float* keys, const float* values, float* scores,
+                  float* inverse) {
   constexpr int64_t dim = 8 * C;
   constexpr int kSums = std::min(C, 8);  // sums at a time: sixteen would not leave a register for the weight
-  const int64_t padded = (stop + 7) / 8 * 8;
-  int64_t t = 0;
-  for (; t + 8 <= stop; t += 8)
-    for (int64_t h = 0; h < count; ++h)
-      _mm256_storeu_ps(scores + h * padded + t, eight_dots<C>(q + h * dim, keys + t * dim));
-  for (; t < stop; ++t)
-    for (int64_t h = 0; h < count; ++h) scores[h * padded + t] = lanes_sum(dot_lanes<C>(q + h * dim, keys + t * dim));
-  std::vector<float> inverse(count);
-  for (int64_t h = 0; h < count; ++h) inverse[h] = softmax_unscaled(scores + h * padded, stop);
-  std::fill(out, out + count * dim, 0.0f);
+  int64_t longest = 0;
+  for (int64_t i = 0; i < count; ++i) longest = std::max(longest, queries[i].stop);
+  const int64_t stride = (longest + 7) / 8 * 8;
+  for (int64_t t = 0; t < longest; t += 8)
+    for (int64_t i = 0; i < count; ++i) {
+      const Query& query = queries[i];
+      float* own = scores + i * stride;
+      if (t + 8 <= query.stop)
+        _mm256_storeu_ps(own + t, eight_dots<C>(query.q, keys + t * dim));
+      else
+        for (int64_t u = t; u < query.stop; ++u) own[u] = lanes_sum(dot_lanes<C>(query.q, keys + u * dim));
+    }
+  for (int64_t i = 0; i < count; ++i) {
+    inverse[i] = softmax_unscaled(scores + i * stride, queries[i].stop);
+    std::fill(queries[i].out, queries[i].out + dim, 0.0f);
+  }
   for (int64_t d = 0; d < dim; d += 8 * kSums)
-    for (int64_t first = 0; first < stop; first += kValueBlock)
-      for (int64_t h = 0; h < count; ++h)
-        add_weighted_values<kSums>(scores + h * padded, values + d, first, std::min(stop, first + kValueBlock), dim,
-                                   out + h * dim + d);
-  for (int64_t h = 0; h < count; ++h)
+    for (int64_t first = 0; first < longest; first += kValueBlock)
+      for (int64_t i = 0; i < count; ++i)
+        if (first < queries[i].stop)
+          add_weighted_values<kSums>(scores + i * stride, values + d, first,
+                                     std::min(queries[i].stop, first + kValueBlock), dim, queries[i].out + d);
+  for (int64_t i = 0; i < count; ++i)
     for (int64_t d = 0; d < dim; d += 8)
-      _mm256_storeu_ps(out + h * dim + d, _mm256_mul_ps(_mm256_loadu_ps(out + h * dim + d), _mm256_set1_ps(inverse[h])));
+      _mm256_storeu_ps(queries[i].out + d, _mm256_mul_ps(_mm256_loadu_ps(queries[i].out + d), _mm256_set1_ps(inverse[i])));
 }
 
-// Work items are (row, key/value head, part of its query heads): a group's heads in as few parts as
-// still give every thread an item.
+constexpr int64_t kMostQueries = 32;  // queries per work item: bounds an item's scores for a long prompt
+
+// Work items are (key/value head, part of its queries), the queries being every row's heads of the
+// group: as few parts as still give every thread an item and keep each within kMostQueries.
 template <int C>
 void attend_heads(const float* query, const float* k, const float* v, int64_t length, int64_t rows, int64_t heads,
                   int64_t kv_heads, int64_t capacity, float* o) {
   constexpr int64_t dim = 8 * C;
-  const int64_t groups = heads / kv_heads;
-  const int64_t parts = std::min(groups, std::max<int64_t>(1, (at::get_num_threads() + rows * kv_heads - 1) /
-                                                                   (rows * kv_heads)));
-  const int64_t per_part = (groups + parts - 1) / parts;
-  at::parallel_for(0, rows * kv_heads * parts, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(per_part * ((length + rows + 7) / 8 * 8));
+  const int64_t groups = heads / kv_heads, queries = rows * groups;
+  const int64_t parts = std::min(queries, std::max((at::get_num_threads() + kv_heads - 1) / kv_heads,
+                                                   (queries + kMostQueries - 1) / kMostQueries));
+  const int64_t per_part = (queries + parts - 1) / parts;
+  at::parallel_for(0, kv_heads * parts, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(per_part * ((length + rows + 7) / 8 * 8)), inverse(per_part);
+    std::vector<Query> items(per_part);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t m = item / (kv_heads * parts), g = item / parts % kv_heads, part = item % parts;
-      const int64_t first = g * groups + part * per_part, count = std::min(per_part, groups - part * per_part);
-      if (count <= 0) continue;
-      attend_group<C>(query + (m * heads + first) * dim, k + g * capacity * dim, v + g * capacity * dim,
-                      length + m + 1, count, scores.data(), o + (m * heads + first) * dim);
+      const int64_t g = item / parts, part = item % parts;
+      const int64_t first = part * per_part, count = std::min(per_part, queries - first);
+      for (int64_t i = 0; i < count; ++i) {
+        // Row-major: row m's heads of the group, then row m + 1's.
+        const int64_t m = (first + i) / groups, h = g * groups + (first + i) % groups;
+        items[i] = {query + (m * heads + h) * dim, length + m + 1, o + (m * heads + h) * dim};
+      }
+      if (count > 0)
+        attend_group<C>(items.data(), count, k + g * capacity * dim, v + g * capacity * dim, scores.data(),
+                        inverse.data());
     }
   });
 }

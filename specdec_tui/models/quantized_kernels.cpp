@@ -76,7 +76,7 @@ namespace {
 }
 
 // EVEX-encoded vpdpbusd reaches 32 registers: 24 accumulators for twelve rows. (On 512-bit
-// registers, sixteen rows a pass, AMD's Zen 4 made 16-row passes faster but 5- and 9-row ones slower.)
+// registers, sixteen rows a pass, an AMD EPYC ran 16-row passes faster but 5- and 9-row ones slower.)
 #define SPECDEC_ISA avx512_vnni
 #define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
 #define SPECDEC_DPBUSD _mm256_dpbusd_epi32

@@ -319,13 +319,13 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
           chunk_sums[i] = group_sums.data() + (m0 + i) * groups;
         }
         products.int4(count, weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out);
+        const __m256i kept = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(last - first)),
+                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 bias8 = b != nullptr ? _mm256_maskload_ps(b + first, kept) : _mm256_setzero_ps();
         for (int i = 0; i < count; ++i) {
-          float* out_row = o + (m0 + i) * out_features;
-          for (int64_t n = first; n < last; ++n) {
-            float value = block_out[i * kInt4Columns + (n - first)] * row_scale[m0 + i];
-            if (b != nullptr) value += b[n];
-            out_row[n] = value;
-          }
+          __m256 value = _mm256_mul_ps(_mm256_loadu_ps(block_out + i * kInt4Columns), _mm256_set1_ps(row_scale[m0 + i]));
+          if (b != nullptr) value = _mm256_add_ps(value, bias8);
+          _mm256_maskstore_ps(o + (m0 + i) * out_features + first, kept, value);
         }
       }
     }

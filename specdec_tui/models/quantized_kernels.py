@@ -56,8 +56,10 @@ def _compiler() -> str:
 def _flags() -> list[str]:
     torch_dir = Path(torch.__file__).parent
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    # -ffp-contract=off: GCC would otherwise fuse a multiply and an add where it likes, and did so
+    # in one row of a block but not in a lone row (a verify block then differed from single steps).
     return [
-        "-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-w",
+        "-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
         f"-L{torch_dir / 'lib'}", "-ltorch", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}",

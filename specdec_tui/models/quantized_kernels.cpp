@@ -134,6 +134,12 @@ void use_instruction_set(const std::string& name) {
   TORCH_CHECK(false, "use_instruction_set: no instruction set named ", name);
 }
 
+// The mask of the 8 lanes below `count` (all of them from 8 up): what a block's last columns keep.
+inline __m256i lanes_below(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(std::min<int64_t>(count, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 // The largest |x| of a row. A NaN is passed over, as std::max(peak, |x|) would: maxps returns its
 // second operand when either is NaN.
 float row_peak(const float* row, int64_t width) {
@@ -202,9 +208,8 @@ void quantize_rows(const float* x, int64_t rows, int64_t width, int64_t padded, 
 // 8-lane vectors, a block's last columns too (masked), so no output depends on where its column is.
 void scale_block(const int32_t* sums, const int32_t* column_sums, const float* column_scales, float row_scale,
                  const float* bias, int64_t columns, float* out) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int64_t c = 0; c < kBlockColumns && c < columns; c += 8) {
-    const __m256i kept = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(columns - c)), lane);
+    const __m256i kept = lanes_below(columns - c);
     const __m256i exact = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + c)),
                                            _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(column_sums + c)),
                                                               _mm256_set1_epi32(kOffset)));
@@ -319,8 +324,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
           chunk_sums[i] = group_sums.data() + (m0 + i) * groups;
         }
         products.int4(count, weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out);
-        const __m256i kept = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(last - first)),
-                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i kept = lanes_below(last - first);
         const __m256 bias8 = b != nullptr ? _mm256_maskload_ps(b + first, kept) : _mm256_setzero_ps();
         for (int i = 0; i < count; ++i) {
           __m256 value = _mm256_mul_ps(_mm256_loadu_ps(block_out + i * kInt4Columns), _mm256_set1_ps(row_scale[m0 + i]));
@@ -500,10 +504,9 @@ float softmax_unscaled(float* scores, int64_t stop) {
   const float peak = *std::max_element(lanes, lanes + 8);
   __m256 total = _mm256_setzero_ps();
   const __m256 shift = _mm256_set1_ps(peak);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int64_t t = 0; t < padded; t += 8) {
     // Lanes past stop get e^-87 from the clamp: zero them so they add nothing.
-    const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(stop - t), lane));
+    const __m256 live = _mm256_castsi256_ps(lanes_below(stop - t));
     const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + t), shift)), live);
     _mm256_storeu_ps(scores + t, e);
     total = _mm256_add_ps(total, e);

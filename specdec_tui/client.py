@@ -123,7 +123,8 @@ class RemoteSource:
             "seed": params.seed,
             "stream": True,
             "speculative": {"mode": mode, "k": params.k, "tau": params.tau, "adaptive_k": params.adaptive_k,
-                            "draft_min_confidence": params.draft_min_confidence, "origins": True,
+                            "draft_min_confidence": params.draft_min_confidence,
+                            "lookup_k": params.lookup_k, "origins": True,
                             "fresh_cache": fresh},
         }
         ids: list[int] = []

@@ -84,6 +84,8 @@ class DecodingSettings(BaseModel):
     seed: int | None = Field(0, description="sampling seed; empty for a fresh one each reply")
     adaptive_k: bool = Field(True, description="draft fewer than K tokens when that is faster (never more)")
     draft_min_confidence: float = Field(0.0, ge=0.0, le=1.0, description="stop drafting below this")
+    lookup_k: int = Field(8, ge=0, le=32, description="most tokens a prompt-lookup copy proposes per step "
+                          "(0: k); a copy costs nothing to draft")
 
     @field_validator("drafter")
     @classmethod
@@ -401,6 +403,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--seed": ("decoding", "seed"),
     "--adaptive-k": ("decoding", "adaptive_k"),
     "--draft-min-confidence": ("decoding", "draft_min_confidence"),
+    "--lookup-k": ("decoding", "lookup_k"),
     "--system-prompt": ("chat", "system_prompt"),
     "--history": ("chat", "history_path"),
     "--theme": ("chat", "theme"),

@@ -96,6 +96,8 @@ def test_a_missing_named_config_file_is_an_error(tmp_path: Path):
         ("decoding", "tau", "1.5", "less than or equal to 1"),
         ("decoding", "temperature", "-1", "greater than or equal to 0"),
         ("decoding", "top_p", "0", "greater than 0"),
+        ("decoding", "lookup_k", "33", "decoding.lookup_k = '33' .*less than or equal to 32"),
+        ("decoding", "lookup_k", "-1", "greater than or equal to 0"),
         ("decoding", "drafter", "oracle", "decoding.drafter = 'oracle' .*: unknown mode 'oracle'; expected one of model, prompt-lookup, hybrid$"),
         ("models", "precision", "int3", "models.precision"),
     ],

@@ -33,8 +33,9 @@ PROMPT = tiny_tokenizer().encode("def add(a, b):\n    return a + b\n\ndef add(a,
 
 
 def fixed(**values: object) -> DecodeParams:
-    """Decoding at a fixed K: adaptive K follows measured speed, which tests must not depend on."""
-    return DecodeParams(adaptive_k=False, **values)  # type: ignore[arg-type]
+    """Decoding at a fixed K: adaptive K follows measured speed, which tests must not depend on;
+    prompt-lookup copies at most K too, unless ``lookup_k`` says otherwise."""
+    return DecodeParams(**{"adaptive_k": False, "lookup_k": 0, **values})  # type: ignore[arg-type]
 
 
 def run(engine: Engine, mode: str, params: DecodeParams, prompt_ids: Sequence[int] = PROMPT,
@@ -181,6 +182,19 @@ def test_max_new_tokens_is_respected_exactly(engine: Engine, k: int, limit: int)
     finished = run(engine, "model", fixed(k=k, max_new_tokens=limit))
     assert len(finished.token_ids) == limit
     assert finished.summary.finish_reason == "length"
+
+
+def test_a_copy_runs_to_lookup_k_past_k_but_never_past_the_room_left():
+    engine = tiny_engine("qwen2", eos_ids=frozenset())
+    reference = run(engine, "target", fixed(max_new_tokens=40)).token_ids
+    repeated = [*PROMPT, *reference, *PROMPT]  # the reply is in the prompt: a copy finds it all
+    long_copies = list(engine.generate(repeated, fixed(k=2, lookup_k=12, max_new_tokens=40), "prompt-lookup"))
+    assert max(e.record.drafted for e in long_copies if isinstance(e, StepEvent)) == 12
+    for limit in (3, 9):  # the last copy of a reply is cut to the tokens the reply still has room for
+        finished = run(engine, "prompt-lookup", fixed(k=2, lookup_k=12, max_new_tokens=limit), repeated)
+        assert len(finished.token_ids) == limit
+        assert all(s <= limit - 1 for s in [e.record.drafted for e in engine.generate(
+            repeated, fixed(k=2, lookup_k=12, max_new_tokens=limit), "prompt-lookup") if isinstance(e, StepEvent)])
 
 
 class OracleDrafter:

@@ -86,6 +86,16 @@ def test_verify_costs_are_measured_per_row_count_and_extrapolated_between():
     assert 0.3 < cost(7) < 0.4  # repeated measurements are averaged, recent ones weigh more
 
 
+def test_a_pass_over_fewer_rows_is_never_thought_dearer_than_one_measured_over_more():
+    cost = VerifyCost()
+    cost.observe(step(2, 0, verify_s=0.66))  # 3 rows, in a slow moment
+    cost.observe(step(4, 0, verify_s=0.5))
+    assert cost(3) == pytest.approx(0.5) and cost(5) == pytest.approx(0.5)
+    assert cost(2) == pytest.approx(0.5)  # on the line, capped by the 5-row measurement
+    cost.observe(step(0, 0, verify_s=0.4))
+    assert cost(2) == pytest.approx(0.4 + (0.5 - 0.4) / 4)
+
+
 def test_a_draft_that_read_a_whole_prompt_does_not_inflate_the_draft_cost():
     policy = DraftPolicy(VerifyCost())
     policy.observe(step(4, 4, draft_s=0.04))

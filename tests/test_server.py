@@ -66,13 +66,14 @@ def test_a_chat_completion_is_the_engines_greedy_reply_with_its_speculation_repo
     reference = engine_reply(runtime, CHAT, 24)
     completion = client.chat.completions.create(
         model="tiny-qwen2", messages=CHAT, max_tokens=24, temperature=0,
-        extra_body={"speculative": {"mode": "hybrid", "k": 3, "adaptive_k": False}})
+        extra_body={"speculative": {"mode": "hybrid", "k": 3, "adaptive_k": False, "lookup_k": 0}})
     assert completion.choices[0].message.content == reference.text
     assert completion.choices[0].finish_reason == "length"
     assert completion.usage.completion_tokens == 24
     assert completion.usage.prompt_tokens == len(runtime.prompt_ids(CHAT))
     report = completion.model_extra["speculative"]
     assert report["mode"] == "hybrid" and report["k"] == 3 and report["tau"] == 1.0 and report["lossless"]
+    assert report["lookup_k"] == 0  # copies no longer than k: every draft position is one of the k
     histogram = report["acceptance_histogram"]  # steps that drafted, by how many drafts they kept
     assert report["completion_tokens"] == 24 and 0 < sum(histogram) <= report["steps"]
     assert sum(kept * steps for kept, steps in enumerate(histogram)) == report["accepted_tokens"]

@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = BenchPlan(modes=args.modes, ks=args.ks, taus=args.taus, temperature=args.temperature, top_p=args.top_p,
                      max_new_tokens=args.new_tokens, repeats=args.repeats, seed=args.seed,
                      adaptive_k=settings.decoding.adaptive_k and not args.fixed_k,
-                     draft_min_confidence=min_confidence, drafts=[v.label for v in variants])
+                     draft_min_confidence=min_confidence, lookup_k=settings.decoding.lookup_k,
+                     drafts=[v.label for v in variants])
     print(f"target {models.target} ({models.precision}), draft {', '.join(plan.drafts)}, "
           f"device {pair.target.device}, torch threads {torch.get_num_threads()}", file=sys.stderr)
     warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])

@@ -66,13 +66,15 @@ class BenchPlan:
     seed: int = 0
     adaptive_k: bool = True
     draft_min_confidence: float = 0.0
+    lookup_k: int = 8
     #: Labels of the draft variants swept; the first is the runtime's own draft.
     drafts: Sequence[str] = ("",)
 
     def params(self, k: int, tau: float, repeat: int, max_new_tokens: int | None = None) -> DecodeParams:
         return DecodeParams(k=max(k, 1), tau=tau, temperature=self.temperature, top_p=self.top_p,
                             max_new_tokens=max_new_tokens or self.max_new_tokens, seed=self.seed + repeat,
-                            adaptive_k=self.adaptive_k, draft_min_confidence=self.draft_min_confidence)
+                            adaptive_k=self.adaptive_k, draft_min_confidence=self.draft_min_confidence,
+                            lookup_k=self.lookup_k)
 
     def settings_for(self, mode: str) -> list[tuple[str, int, float]]:
         """The (draft, K, tau) points ``mode`` runs at on each prompt."""

@@ -43,6 +43,7 @@ def bench_log(rows: Sequence[BenchRow], lines: Sequence[SummaryLine], plan: Benc
         "new_tokens": plan.max_new_tokens,
         "repeats": plan.repeats,
         "adaptive_k": plan.adaptive_k,
+        "lookup_k": plan.lookup_k,
         "prompts": str(prompts) if prompts else "bundled suite",
         "prompt_count": len({r.prompt_id for r in rows}),
         "package_version": package_version(),

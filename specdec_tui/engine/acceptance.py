@@ -3,7 +3,8 @@
 Pure functions on tensors; no models. ``p`` is the target distribution, ``q`` the draft's, both
 after temperature and top-p. ``tau`` = 1 is lossless; ``tau`` < 1 is lenient (see design.md):
 
-- greedy: accept x iff x == argmax p (tau = 1), else iff p(x) >= tau * max p;
+- greedy: accept x iff x == argmax p (tau = 1), else iff p(x) >= tau * max p; a rejected draft's
+  branch (the draft's runner-up there, scored in the same pass) is kept by the same rule;
 - sampled: accept with probability min(1, p(x) / (tau q(x))); on the first rejection emit a
   sample of normalize(max(0, p - tau q)), falling back to p when that has no mass; if every
   draft is accepted emit a bonus sample of p.
@@ -19,10 +20,20 @@ import torch
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of verifying one block: how many drafts were kept and the target's own token."""
+    """Outcome of verifying one block: how many drafts were kept and the target's own token.
+
+    ``branch``: the kept branch, which stands in for the last of the ``accepted`` drafts.
+    """
 
     accepted: int
     next_token: int
+    branch: int | None = None
+
+    def kept(self, drafts: list[int]) -> list[int]:
+        """The drafted tokens this verdict keeps, in order."""
+        if self.branch is None:
+            return drafts[: self.accepted]
+        return [*drafts[: self.accepted - 1], self.branch]
 
 
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
@@ -43,17 +54,31 @@ def leading_true(mask: torch.Tensor) -> int:
     return int(mask.long().cumprod(dim=0).sum())
 
 
-def greedy_verdict(drafts: torch.Tensor, logits: torch.Tensor, tau: float) -> Verdict:
-    """Verify ``drafts`` (k,) against target ``logits`` (k + 1, vocab) at temperature 0."""
+def greedy_accepts(tokens: torch.Tensor, logits: torch.Tensor, best: torch.Tensor, tau: float) -> torch.Tensor:
+    """Whether each of ``tokens`` (n,) passes at temperature 0 against its row of ``logits`` (n, vocab)."""
+    if tau >= 1.0:
+        return best == tokens
+    # p(x) >= tau * max p, compared as logits so no softmax over the vocabulary is needed.
+    token_logits = logits.gather(1, tokens[:, None])[:, 0]
+    return token_logits - logits.max(dim=-1).values >= math.log(tau)
+
+
+def greedy_verdict(drafts: torch.Tensor, logits: torch.Tensor, tau: float,
+                   branches: torch.Tensor | None = None) -> Verdict:
+    """Verify ``drafts`` (k,) against target ``logits`` (k + 1 + b, vocab) at temperature 0.
+
+    ``branches`` (b,), b <= k, stand in for the first b drafts; their rows follow the draft's k + 1.
+    Where the target rejects draft i but accepts branch i, the branch is kept and the target's
+    token after it (from the branch's row) ends the block: every kept token still passed the rule
+    against the target's logits after exactly the tokens before it.
+    """
     best = logits.argmax(dim=-1)
     k = drafts.shape[0]
-    if tau >= 1.0:
-        ok = best[:k] == drafts
-    else:
-        # p(x) >= tau * max p, compared as logits so no softmax over the vocabulary is needed.
-        draft_logits = logits[:k].gather(1, drafts[:, None])[:, 0]
-        ok = draft_logits - logits[:k].max(dim=-1).values >= math.log(tau)
-    accepted = leading_true(ok)
+    accepted = leading_true(greedy_accepts(drafts, logits[:k], best[:k], tau))
+    if branches is not None and accepted < branches.shape[0]:
+        branch = branches[accepted : accepted + 1]
+        if bool(greedy_accepts(branch, logits[accepted : accepted + 1], best[accepted : accepted + 1], tau)[0]):
+            return Verdict(accepted + 1, int(best[k + 1 + accepted]), int(branch[0]))
     return Verdict(accepted, int(best[accepted]))
 
 

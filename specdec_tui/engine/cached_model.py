@@ -2,7 +2,8 @@
 
 Rollback is implicit: every call names the whole sequence it wants scored, the cache is cropped to
 the longest prefix it shares with that sequence, and only the rest is fed. After a rejected draft
-the next call simply no longer contains the rejected tokens.
+the next call simply no longer contains the rejected tokens; after a kept branch (a runner-up
+token verified beside the draft) it contains the branch, which is fed again like any new token.
 """
 
 from __future__ import annotations
@@ -23,6 +24,17 @@ class Runner(Protocol):
         """Append ``ids``; return logits (n_logits, vocab) after each of the last ``n_logits``."""
         ...
 
+
+class BranchingRunner(Runner, Protocol):
+    """A runner that also scores branches: tokens in place of drafted ones, in the same pass."""
+
+    supports_branches: bool
+
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+        """``Runner.forward``, then one more logits row per branch: ``branches[j]`` stands in for
+        ``ids[-n_logits + 1 + j]``, seeing only what comes before it; its keys are not kept."""
+        ...
+
     def crop(self, length: int) -> None:
         """Keep only the first ``length`` cached positions."""
         ...
@@ -41,14 +53,29 @@ class WrappedRunner:
     def input_vocab(self) -> int:
         return self.runner.input_vocab
 
-    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
-        return self.runner.forward(ids, n_logits)
+    @property
+    def supports_branches(self) -> bool:
+        return supports_branches(self.runner)
+
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+        return forward(self.runner, ids, n_logits, branches)
 
     def crop(self, length: int) -> None:
         self.runner.crop(length)
 
     def reset(self) -> None:
         self.runner.reset()
+
+
+def supports_branches(runner: Runner) -> bool:
+    return bool(getattr(runner, "supports_branches", False))
+
+
+def forward(runner: Runner, ids: list[int], n_logits: int, branches: Sequence[int]) -> torch.Tensor:
+    """``runner``'s pass, with ``branches`` only where there are some (plain runners take none)."""
+    if branches:
+        return runner.forward(ids, n_logits, branches)  # type: ignore[call-arg]
+    return runner.forward(ids, n_logits)
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -71,6 +98,10 @@ class CachedModel:
     def input_vocab(self) -> int:
         return self.runner.input_vocab
 
+    @property
+    def supports_branches(self) -> bool:
+        return supports_branches(self.runner)
+
     def reset(self) -> None:
         self.runner.reset()
         self.ids = []
@@ -83,9 +114,9 @@ class CachedModel:
             del self.ids[keep:]
         return list(ids[keep:])
 
-    def _forward(self, new: list[int], n_logits: int) -> torch.Tensor:
+    def _forward(self, new: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
         try:
-            logits = self.runner.forward(new, n_logits)
+            logits = forward(self.runner, new, n_logits, branches)
         except BaseException:
             # A failed pass may have written part of its keys and values: forget them, so the
             # cache holds exactly ``self.ids`` again and the next call can simply retry.
@@ -101,7 +132,8 @@ class CachedModel:
         if new:
             self._forward(new, 1)
 
-    def logits_for(self, ids: Sequence[int], n: int) -> torch.Tensor:
-        """Next-token logits (n, vocab) after each of the last ``n`` positions of ``ids``."""
+    def logits_for(self, ids: Sequence[int], n: int, branches: Sequence[int] = ()) -> torch.Tensor:
+        """Next-token logits (n, vocab) after each of the last ``n`` positions of ``ids``, then a row
+        after each branch (see ``BranchingRunner``); the cache keeps ``ids``, not the branches."""
         new = self._sync(ids, len(ids) - n)
-        return self._forward(new, n)
+        return self._forward(new, n, branches)

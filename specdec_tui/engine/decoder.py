@@ -52,6 +52,9 @@ class DecodeParams:
     adaptive_k: bool = True
     #: Stop a model draft after a token the draft itself gives less than this probability.
     draft_min_confidence: float = 0.0
+    #: Most tokens a prompt-lookup copy proposes per step; 0: ``k``. A copy costs nothing to draft,
+    #: so where extra verify rows are cheap it pays to copy further than the model drafts.
+    lookup_k: int = 8
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,8 @@ def origin(position: int, record: StepRecord) -> Origin:
 def verify_block(draft: Draft, logits: torch.Tensor, params: DecodeParams, sampler: Sampler) -> Verdict:
     drafts = torch.tensor(draft.tokens, dtype=torch.long)
     if sampler.greedy:
-        return greedy_verdict(drafts, logits, params.tau)
+        branches = torch.tensor(draft.branches, dtype=torch.long) if draft.branches else None
+        return greedy_verdict(drafts, logits, params.tau, branches)
     return sampled_verdict(drafts, draft.probs, sampler.probs(logits), params.tau, sampler.generator)
 
 
@@ -202,10 +206,12 @@ class SpeculativeDecoder:
         yield FinishedEvent(summary, generated_ids, self.tokenizer.decode(generated_ids, skip_special_tokens=True))
 
     def rejected(self, draft: Draft, record: StepRecord, emitted: list[int]) -> Token | None:
-        """The draft token the target replaced with its own, when the step emitted that replacement."""
-        if record.accepted >= record.drafted or len(emitted) <= record.accepted:
+        """The draft token the target replaced, with its own token or a kept branch, when the step
+        emitted that replacement."""
+        position = record.accepted - record.branch_kept
+        if position >= record.drafted or len(emitted) <= position:
             return None
-        token = draft.tokens[record.accepted]
+        token = draft.tokens[position]
         return Token(token, Origin.DRAFT, self.tokenizer.decode([token]))
 
     def prefill(self, ids: Sequence[int], failures: Failures) -> None:
@@ -222,7 +228,7 @@ class SpeculativeDecoder:
                        sampler: Sampler, failures: Failures) -> Step | None:
         """``step``, or a degraded step while the target is unavailable; None when nothing was emitted."""
         started = time.perf_counter()
-        draft = self.propose(drafter, context, k, sampler, failures)
+        draft = self.propose(drafter, context, k, sampler, failures).truncated(room - 1)
         draft_s = time.perf_counter() - started
         try:
             return self.step(context, draft, room, params, sampler, draft_s)
@@ -278,11 +284,11 @@ class SpeculativeDecoder:
         was among them, and the step's record.
         """
         drafted = time.perf_counter()
-        logits = self.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1)
+        logits = self.target.logits_for([*context, *draft.tokens], len(draft.tokens) + 1, draft.branches)
         scored = time.perf_counter()
         verdict = verify_block(draft, logits, params, sampler)
         verified = time.perf_counter()
-        emitted, hit_eos = cut_at_eos([*draft.tokens[: verdict.accepted], verdict.next_token][:room], self.eos_ids)
+        emitted, hit_eos = cut_at_eos([*verdict.kept(draft.tokens), verdict.next_token][:room], self.eos_ids)
         record = StepRecord(
             drafted=len(draft.tokens),
             accepted=min(verdict.accepted, len(emitted)),
@@ -291,5 +297,7 @@ class SpeculativeDecoder:
             verify_s=verified - drafted,
             accept_s=verified - scored,
             draft_failed=draft.source == DRAFT_FAILED,
+            branches=len(draft.branches),
+            branch_kept=verdict.branch is not None and verdict.accepted <= len(emitted),
         )
         return draft, emitted, hit_eos, record

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -43,11 +43,24 @@ class Sampler:
 
 @dataclass(frozen=True)
 class Draft:
-    """Proposed tokens, who proposed them, and when sampled the draft distribution q of each (k, vocab)."""
+    """Proposed tokens, who proposed them, and when sampled the draft distribution q of each (k, vocab).
+
+    ``branches`` (greedy drafts only) are the draft's runner-up tokens at the first positions:
+    ``branches[i]`` is verified in the same target pass as a stand-in for ``tokens[i]``, and kept
+    when the target rejects ``tokens[i]`` but agrees with it.
+    """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
     source: str = ""
+    branches: list[int] = field(default_factory=list)
+
+    def truncated(self, most: int) -> Draft:
+        """The first ``most`` tokens (a copy may run past the room the reply has left)."""
+        if len(self.tokens) <= most:
+            return self
+        probs = self.probs[:most] if self.probs is not None else None
+        return Draft(self.tokens[:most], probs, self.source, self.branches[:most])
 
 
 class Drafter(Protocol):
@@ -66,17 +79,20 @@ class ModelDrafter:
     name = "model"
 
     def __init__(self, model: CachedModel, vocab_size: int, min_confidence: float = 0.0,
-                 policy: DraftPolicy | None = None) -> None:
+                 policy: DraftPolicy | None = None, branching: bool = False) -> None:
         """``vocab_size`` is the target's logit width; ``min_confidence`` stops a draft early.
 
         Drafting stops after a token whose draft probability is below ``min_confidence``: the
         target is then unlikely to accept what would follow, and each draft step costs time.
-        ``policy``, if given, caps each draft at the length with the best expected tokens/s.
+        ``policy``, if given, caps each draft at the length with the best expected tokens/s, and
+        where ``branching`` (the target verifies branches) picks how many greedy positions also
+        offer their runner-up token as a branch.
         """
         self.model = model
         self.vocab_size = vocab_size
         self.min_confidence = min_confidence
         self.policy = policy
+        self.branching = branching
         #: Tokens the latest draft had to catch up on first (a whole prompt after a reset).
         self.caught_up = 0
         self.embeddable = model.input_vocab
@@ -100,11 +116,13 @@ class ModelDrafter:
             self.policy.observe(record, cost_is_typical=self.caught_up <= 2)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        branches_wanted = 0
         if self.policy is not None:
-            k = self.policy.choose(k)
+            k, branches_wanted = self.policy.plan(k, self.branching and sampler.greedy)
         if k == 0:
             return Draft([], source=self.name)
         tokens: list[int] = []
+        branches: list[int] = []
         rows: list[torch.Tensor] = []
         context = self._embeddable(context)
         logits = self._align(self.model.logits_for(context, 1)[0])
@@ -112,6 +130,8 @@ class ModelDrafter:
         while True:
             if sampler.greedy:
                 token = int(logits.argmax())
+                if len(branches) == len(tokens) < branches_wanted and (runner_up := second_best(logits, token)) >= 0:
+                    branches.append(runner_up)
                 confidence = float(torch.softmax(logits, -1)[token]) if self.min_confidence else 1.0
             else:
                 q = sampler.probs(logits)
@@ -122,7 +142,14 @@ class ModelDrafter:
             if len(tokens) >= k or confidence < self.min_confidence:
                 break
             logits = self._align(self.model.logits_for([*context, *tokens], 1)[0])
-        return Draft(tokens, torch.stack(rows) if rows else None, self.name)
+        return Draft(tokens, torch.stack(rows) if rows else None, self.name, branches)
+
+
+def second_best(logits: torch.Tensor, best: int) -> int:
+    """The id with the highest logit after ``best``; -1 when no other id is possible."""
+    top = logits.topk(2)
+    value, index = (top.values[1], top.indices[1]) if int(top.indices[0]) == best else (top.values[0], top.indices[0])
+    return int(index) if value > float("-inf") else -1
 
 
 def find_continuation(context: Sequence[int], ngram: int, k: int) -> list[int]:
@@ -141,21 +168,25 @@ def find_continuation(context: Sequence[int], ngram: int, k: int) -> list[int]:
 class PromptLookupDrafter:
     name = "prompt-lookup"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, policy: DraftPolicy | None = None) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, policy: DraftPolicy | None = None,
+                 span: int = 0) -> None:
         """``policy``, if given, caps each copy at the length with the best expected tokens/s.
 
         A copy costs nothing to draft, but every copied token is one more row in the verify pass,
         so a lookup that keeps guessing wrong should propose less (or nothing, in a hybrid).
+        ``span`` is the longest copy, in place of the ``k`` a step asks for (0: ``k``).
         """
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.policy = policy
+        self.span = span
 
     def observe(self, record: StepRecord, source: str) -> None:
         if self.policy is not None and source == self.name:
             self.policy.observe(record)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        k = self.span or k
         if self.policy is not None:
             k = self.policy.choose(k)
         if k == 0:

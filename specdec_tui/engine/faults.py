@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 import torch
 
-from specdec_tui.engine.cached_model import Runner, WrappedRunner
+from specdec_tui.engine.cached_model import Runner, WrappedRunner, forward
 
 
 class Fault(StrEnum):
@@ -67,8 +67,8 @@ class FaultyRunner(WrappedRunner):
         #: How many of each fault were injected.
         self.injected: dict[Fault, int] = dict.fromkeys(Fault, 0)
 
-    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
-        logits = self.runner.forward(ids, n_logits)
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+        logits = forward(self.runner, ids, n_logits, branches)
         fault = self.choose()
         if fault is None:
             return logits

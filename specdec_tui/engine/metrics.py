@@ -23,6 +23,15 @@ class StepRecord:
     degraded: bool = False
     #: The draft failed, so this step was the target's alone.
     draft_failed: bool = False
+    #: Branches verified beside the draft (extra rows of the target's pass), and whether one was kept
+    #: (it is then the last of the ``accepted`` tokens).
+    branches: int = 0
+    branch_kept: bool = False
+
+    @property
+    def rows(self) -> int:
+        """Rows of the verify pass: the last token, the drafts, the branches."""
+        return self.drafted + 1 + self.branches
 
     @property
     def seconds(self) -> float:

@@ -36,20 +36,20 @@ def _model(engine: Engine, params: DecodeParams) -> Drafter:
 
     assert engine.draft is not None
     return ModelDrafter(engine.draft, engine.vocab_size, params.draft_min_confidence,
-                        engine.policy(MODEL, params))
+                        engine.policy(MODEL, params), branching=engine.target.supports_branches)
 
 
 def _prompt_lookup(engine: Engine, params: DecodeParams) -> Drafter:
     from specdec_tui.engine.drafters import PromptLookupDrafter
 
-    return PromptLookupDrafter(policy=engine.policy(PROMPT_LOOKUP, params))
+    return PromptLookupDrafter(policy=engine.policy(PROMPT_LOOKUP, params), span=params.lookup_k)
 
 
 def _hybrid(engine: Engine, params: DecodeParams) -> Drafter:
     from specdec_tui.engine.drafters import HybridDrafter, PromptLookupDrafter
 
     # Next to a model draft, a copied continuation must match a longer n-gram to be trusted.
-    lookup = PromptLookupDrafter(min_ngram=3, policy=engine.policy("strict-lookup", params))
+    lookup = PromptLookupDrafter(min_ngram=3, policy=engine.policy("strict-lookup", params), span=params.lookup_k)
     return HybridDrafter(lookup, _model(engine, params))  # type: ignore[arg-type]
 
 

@@ -6,6 +6,12 @@ E(k) = (1 - alpha^(k+1)) / (1 - alpha) tokens. The policy picks argmax_k E(k) / 
 so a poor draft backs off to k = 0 (a plain target step) and a good one drafts deep. All three
 quantities are estimated online from the steps just taken; the verify costs are shared by
 all drafters (see ``VerifyCost``).
+
+Greedy drafts can also offer branches: the draft's runner-up token at each of the first b
+positions, verified as extra rows of the same pass. Where the chain stops at one of them, the
+branch is kept with probability h (learnt the same way), so b branches add
+h * sum_{i<b} alpha^i (1 - alpha) tokens for the cost of v(k+1+b) instead of v(k+1); the policy
+picks the b with the most tokens/s, none where extra rows are dear.
 """
 
 from __future__ import annotations
@@ -27,6 +33,21 @@ def best_k(alpha: float, draft_cost: float, verify_cost: Callable[[int], float],
     return max(range(k_max + 1), key=lambda k: expected_tokens(alpha, k) / (k * draft_cost + verify_cost(k + 1)))
 
 
+def branch_gain(alpha: float, hit: float, branches: int) -> float:
+    """Expected extra tokens a step gains from branches at its first ``branches`` positions: the chain
+    stops at position i with probability alpha^i (1 - alpha), and there a branch is kept with
+    probability ``hit``."""
+    return hit * sum(alpha**i * (1.0 - alpha) for i in range(branches))
+
+
+def best_plan(alpha: float, hit: float, draft_cost: float, verify_cost: Callable[[int], float],
+              k_max: int) -> tuple[int, int]:
+    """The draft length k in 0..k_max and branch count b in 0..k with the most expected tokens per second."""
+    plans = [(k, b) for k in range(k_max + 1) for b in range(k + 1)]
+    return max(plans, key=lambda plan: (expected_tokens(alpha, plan[0]) + branch_gain(alpha, hit, plan[1]))
+               / (plan[0] * draft_cost + verify_cost(plan[0] + 1 + plan[1])))
+
+
 def _ema(old: float | None, new: float, weight: float = 0.3) -> float:
     return new if old is None else (1 - weight) * old + weight * new
 
@@ -41,13 +62,16 @@ class VerifyCost:
         self.measured: dict[int, float] = {}
 
     def observe(self, record: StepRecord) -> None:
-        rows = record.drafted + 1
-        self.measured[rows] = _ema(self.measured.get(rows), record.verify_s)
+        self.measured[record.rows] = _ema(self.measured.get(record.rows), record.verify_s)
 
     def __call__(self, rows: int) -> float:
-        """Measured for ``rows``, else on a line through the measurements."""
-        if rows in self.measured:
-            return self.measured[rows]
+        """Measured for ``rows``, else on a line through the measurements; never more than a pass
+        over more rows was measured to cost (such a measurement is noise, and a stale one would
+        steer every choice away from that row count)."""
+        estimate = self.measured[rows] if rows in self.measured else self._on_line(rows)
+        return min([estimate, *(seconds for measured, seconds in self.measured.items() if measured > rows)])
+
+    def _on_line(self, rows: int) -> float:
         known = sorted(self.measured.items())
         if not known:
             return 1.0
@@ -69,11 +93,14 @@ class DraftPolicy:
     """
 
     def __init__(self, verify_cost: VerifyCost, decay: float = 0.9, prior_alpha: float = 0.7,
-                 prior_weight: float = 2.0, probe_every: int = 6) -> None:
+                 prior_weight: float = 2.0, probe_every: int = 6, prior_hit: float = 0.5) -> None:
         self.verify_cost = verify_cost
         self.decay = decay
         self.kept = prior_alpha * prior_weight
         self.rejected = (1.0 - prior_alpha) * prior_weight
+        #: Decayed counts of branches kept and not kept where the draft was rejected at a branch.
+        self.branch_hits = prior_hit * prior_weight
+        self.branch_misses = (1.0 - prior_hit) * prior_weight
         self.draft_cost: float | None = None
         self.probe_every = probe_every
         self.idle_steps = 0
@@ -82,18 +109,31 @@ class DraftPolicy:
     def alpha(self) -> float:
         return self.kept / (self.kept + self.rejected)
 
+    @property
+    def branch_hit(self) -> float:
+        """How often a rejected draft token's branch is what the target wanted."""
+        return self.branch_hits / (self.branch_hits + self.branch_misses)
+
     def choose(self, k_max: int) -> int:
+        return self.plan(k_max)[0]
+
+    def plan(self, k_max: int, branching: bool = False) -> tuple[int, int]:
+        """The next draft's length and, where ``branching``, how many of its first positions offer a
+        branch (none before a draft cost is known)."""
         if self.draft_cost is None:
-            return k_max
-        k = best_k(self.alpha, self.draft_cost, self.verify_cost, k_max)
+            return k_max, 0
+        if branching:
+            k, b = best_plan(self.alpha, self.branch_hit, self.draft_cost, self.verify_cost, k_max)
+        else:
+            k, b = best_k(self.alpha, self.draft_cost, self.verify_cost, k_max), 0
         if k == 0:
             self.idle_steps += 1
             if self.idle_steps >= self.probe_every:
                 self.idle_steps = 0
-                return 1
+                return 1, 0
         else:
             self.idle_steps = 0
-        return k
+        return k, b
 
     def observe(self, record: StepRecord, cost_is_typical: bool = True) -> None:
         """Learn from a step that verified this policy's drafter's draft.
@@ -102,7 +142,11 @@ class DraftPolicy:
         """
         if record.drafted == 0:
             return
-        self.kept = self.decay * self.kept + record.accepted
-        self.rejected = self.decay * self.rejected + (record.accepted < record.drafted)
+        chain_kept = record.accepted - record.branch_kept
+        self.kept = self.decay * self.kept + chain_kept
+        self.rejected = self.decay * self.rejected + (chain_kept < record.drafted)
+        if chain_kept < min(record.drafted, record.branches):
+            self.branch_hits = self.decay * self.branch_hits + record.branch_kept
+            self.branch_misses = self.decay * self.branch_misses + (not record.branch_kept)
         if cost_is_typical:
             self.draft_cost = _ema(self.draft_cost, record.draft_s / record.drafted)

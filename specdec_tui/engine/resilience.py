@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pybreaker
 import torch
 
-from specdec_tui.engine.cached_model import Runner, WrappedRunner
+from specdec_tui.engine.cached_model import Runner, WrappedRunner, forward
 
 #: Passes feeding more tokens than this read a prompt; those are not held to the step timeout.
 TIMED_PASS_TOKENS = 64
@@ -106,9 +106,9 @@ class GuardedRunner(WrappedRunner):
         self.breaker = breaker
         self.step_timeout = step_timeout
 
-    def _checked_forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
+    def _checked_forward(self, ids: list[int], n_logits: int, branches: Sequence[int]) -> torch.Tensor:
         started = time.perf_counter()
-        logits = self.runner.forward(ids, n_logits)
+        logits = forward(self.runner, ids, n_logits, branches)
         elapsed = time.perf_counter() - started
         if problem := bad_logits(logits):
             raise ModelFailure(f"the {self.breaker.name} model returned {problem}")
@@ -117,9 +117,9 @@ class GuardedRunner(WrappedRunner):
                                f"{self.step_timeout:g} s step timeout")
         return logits
 
-    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
         try:
-            return self.breaker.circuit.call(self._checked_forward, ids, n_logits)
+            return self.breaker.circuit.call(self._checked_forward, ids, n_logits, branches)
         except pybreaker.CircuitBreakerError as exc:
             raise ModelUnavailable(self.breaker.why_open()) from exc
         except ModelFailure:

@@ -19,7 +19,7 @@ elsewhere the layers run as one TorchScript module where that works (see ``scrip
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -308,30 +308,55 @@ class FastLlama:
     def crop(self, length: int) -> None:
         self.length = min(self.length, length)
 
-    def _rotary(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin for the new positions: rotate(x) = x cos + roll(x, half) sin."""
-        positions = torch.arange(self.length, self.length + rows, dtype=torch.float32)
-        angles = torch.outer(positions, self.inv_freq)[:, None, :]
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin for the new rows' positions: rotate(x) = x cos + roll(x, half) sin."""
+        angles = torch.outer(positions.float(), self.inv_freq)[:, None, :]
         return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-angles.sin(), angles.sin()], dim=-1)
 
+    @property
+    def supports_branches(self) -> bool:
+        """Whether ``forward`` takes branches: where every layer is one call of the package's kernels."""
+        return self.kernel_layers is not None
+
     @torch.inference_mode()
-    def forward(self, ids: list[int], n_logits: int) -> torch.Tensor:
-        rows = len(ids)
-        if self.length + rows > self.capacity:
-            self._grow(self.length + rows)
-        x = self.embedding.rows(torch.tensor(ids))
-        cos, sin = self._rotary(rows)
-        if self.kernel_layers is not None and rows <= MAX_ROWS:
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+        """Append ``ids``; logits after each of the last ``n_logits``, then one row after each branch.
+
+        ``branches[j]`` stands in for ``ids[-n_logits + 1 + j]``: it takes that token's position and
+        sees only the tokens before it, so its row is what a single step after that prefix and the
+        branch would compute, bit for bit. Its key and value are written past the cache's end and not
+        kept.
+        """
+        rows, extra = len(ids), len(branches)
+        if branches and rows > n_logits:
+            # What comes before the scored block (a prompt the cache had not read) goes first, on its own.
+            self.forward(ids[: rows - n_logits], 1)
+            return self.forward(ids[rows - n_logits :], n_logits, branches)
+        if self.length + rows + extra > self.capacity:
+            self._grow(self.length + rows + extra)
+        x = self.embedding.rows(torch.tensor([*ids, *branches]))
+        positions = torch.arange(self.length, self.length + rows)
+        visible = None
+        if branches:
+            if self.kernel_layers is None or rows + extra > MAX_ROWS or extra > n_logits - 1:
+                raise ValueError(f"cannot verify {extra} branches here (kernel layers, at most {MAX_ROWS} rows, "
+                                 "one branch per scored draft token)")
+            stand_ins = positions[1 : 1 + extra]
+            positions = torch.cat([positions, stand_ins])
+            visible = positions.clone()
+        cos, sin = self._rotary(positions)
+        if self.kernel_layers is not None and rows + extra <= MAX_ROWS:
             for keys, values, args in zip(self.keys, self.values, self.kernel_layers, strict=True):
-                x = torch.ops.specdec.decoder_layer(x, cos, sin, keys, values, self.length, *args)
+                x = torch.ops.specdec.decoder_layer(x, cos, sin, keys, values, self.length, *args, visible)
         else:
             x = self.stack(x, cos, sin, self.keys, self.values, self.length)
         self.length += rows
-        logits = self.head(self.final_norm(x[-n_logits:]))
+        n_rows = n_logits + extra
+        logits = self.head(self.final_norm(x[rows - n_logits :]))
         if self.head_tokens is None:
             return logits
         # A slice copy for the leading ids: scattering all of them through an index costs 73 us, this 21.
-        full = logits.new_full((n_logits, self.vocab), float("-inf"))
+        full = logits.new_full((n_rows, self.vocab), float("-inf"))
         full[:, : self.head_tokens] = logits[:, : self.head_tokens]
         full[:, self.extra_ids] = logits[:, self.head_tokens :]
         return full

@@ -516,12 +516,17 @@ float softmax_unscaled(float* scores, int64_t stop) {
 
 constexpr int64_t kValueBlock = 64;  // values per pass over a group's heads: 16 KB of a 128-wide head
 
-// A query row of one head: its rotated, scaled q [8C], how many cached positions it attends to, and
-// where its output [8C] goes.
+// A query row of one head: its rotated, scaled q [8C], how many cached positions from the first it
+// attends to, where its output [8C] goes, and for a branch row (a sibling of a drafted token, see
+// attend_rows) the slot of its own key and value, which it attends to last, as if at position stop;
+// -1 for a row whose own slot is position stop - 1.
 struct Query {
   const float* q;
   int64_t stop;
   float* out;
+  int64_t own = -1;
+
+  int64_t span() const { return stop + (own >= 0); }
 };
 
 // softmax(q k^T) v for `count` queries that share one key and value head [*, 8C]: the heads of a
@@ -535,7 +540,7 @@ void attend_group(const Query* queries, int64_t count, const float* keys, const 
   constexpr int64_t dim = 8 * C;
   constexpr int kSums = std::min(C, 8);  // sums at a time: sixteen would not leave a register for the weight
   int64_t longest = 0;
-  for (int64_t i = 0; i < count; ++i) longest = std::max(longest, queries[i].stop);
+  for (int64_t i = 0; i < count; ++i) longest = std::max(longest, queries[i].span());
   const int64_t stride = (longest + 7) / 8 * 8;
   for (int64_t t = 0; t < longest; t += 8)
     for (int64_t i = 0; i < count; ++i) {
@@ -546,16 +551,27 @@ void attend_group(const Query* queries, int64_t count, const float* keys, const 
       else
         for (int64_t u = t; u < query.stop; ++u) own[u] = lanes_sum(dot_lanes<C>(query.q, keys + u * dim));
     }
+  // A branch's own key scores as it would at position stop: a score does not depend on its path.
+  for (int64_t i = 0; i < count; ++i)
+    if (queries[i].own >= 0)
+      scores[i * stride + queries[i].stop] = lanes_sum(dot_lanes<C>(queries[i].q, keys + queries[i].own * dim));
   for (int64_t i = 0; i < count; ++i) {
-    inverse[i] = softmax_unscaled(scores + i * stride, queries[i].stop);
+    inverse[i] = softmax_unscaled(scores + i * stride, queries[i].span());
     std::fill(queries[i].out, queries[i].out + dim, 0.0f);
   }
-  for (int64_t d = 0; d < dim; d += 8 * kSums)
+  for (int64_t d = 0; d < dim; d += 8 * kSums) {
     for (int64_t first = 0; first < longest; first += kValueBlock)
       for (int64_t i = 0; i < count; ++i)
         if (first < queries[i].stop)
           add_weighted_values<kSums>(scores + i * stride, values + d, first,
                                      std::min(queries[i].stop, first + kValueBlock), dim, queries[i].out + d);
+    // A branch's own value comes last, as position stop would: values shifted so that position stop
+    // reads its slot (own > stop, so the pointer stays inside the cache).
+    for (int64_t i = 0; i < count; ++i)
+      if (queries[i].own >= 0)
+        add_weighted_values<kSums>(scores + i * stride, values + d + (queries[i].own - queries[i].stop) * dim,
+                                   queries[i].stop, queries[i].stop + 1, dim, queries[i].out + d);
+  }
   for (int64_t i = 0; i < count; ++i)
     for (int64_t d = 0; d < dim; d += 8)
       _mm256_storeu_ps(queries[i].out + d, _mm256_mul_ps(_mm256_loadu_ps(queries[i].out + d), _mm256_set1_ps(inverse[i])));
@@ -567,7 +583,7 @@ constexpr int64_t kMostQueries = 32;  // queries per work item: bounds an item's
 // group: as few parts as still give every thread an item and keep each within kMostQueries.
 template <int C>
 void attend_heads(const float* query, const float* k, const float* v, int64_t length, int64_t rows, int64_t heads,
-                  int64_t kv_heads, int64_t capacity, float* o) {
+                  int64_t kv_heads, int64_t capacity, const int64_t* visible, float* o) {
   constexpr int64_t dim = 8 * C;
   const int64_t groups = heads / kv_heads, queries = rows * groups;
   const int64_t parts = std::min(queries, std::max((at::get_num_threads() + kv_heads - 1) / kv_heads,
@@ -582,7 +598,9 @@ void attend_heads(const float* query, const float* k, const float* v, int64_t le
       for (int64_t i = 0; i < count; ++i) {
         // Row-major: row m's heads of the group, then row m + 1's.
         const int64_t m = (first + i) / groups, h = g * groups + (first + i) % groups;
-        items[i] = {query + (m * heads + h) * dim, length + m + 1, o + (m * heads + h) * dim};
+        const int64_t seen = visible != nullptr ? visible[m] : length + m;
+        items[i] = seen == length + m ? Query{query + (m * heads + h) * dim, length + m + 1, o + (m * heads + h) * dim}
+                                      : Query{query + (m * heads + h) * dim, seen, o + (m * heads + h) * dim, length + m};
       }
       if (count > 0)
         attend_group<C>(items.data(), count, k + g * capacity * dim, v + g * capacity * dim, scores.data(),
@@ -592,8 +610,12 @@ void attend_heads(const float* query, const float* k, const float* v, int64_t le
 }
 
 // q [M, H, D] (rotated and scaled) of the rows at length .. length + M - 1, whose keys and values are
-// already in the cache [G, capacity, D]. Row m attends to the first length + m + 1 cached positions.
-at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t length) {
+// already in the cache [G, capacity, D]. Row m attends to the first length + m + 1 cached positions;
+// with visible [M] (int64), row m attends to the first visible[m] positions and then to its own slot
+// length + m: a branch, a token standing in for the one at position visible[m] and seeing only what
+// came before it, computes what it would as the row at that position, bit for bit.
+at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t length,
+                       const std::optional<at::Tensor>& visible) {
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(),
               "attend_rows: q must be a contiguous [rows, heads, dim] float32 tensor");
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
@@ -602,16 +624,25 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
   TORCH_CHECK(keys.size(2) == dim && kv_heads > 0 && heads % kv_heads == 0, "attend_rows: head shapes do not match");
   TORCH_CHECK(dim == 16 || dim == 32 || dim == 64 || dim == 128, "attend_rows: head size ", dim,
               " is not one of 16, 32, 64, 128");
+  const int64_t* seen = nullptr;
+  if (visible.has_value()) {
+    TORCH_CHECK(visible->scalar_type() == at::kLong && visible->is_contiguous() && visible->numel() == rows,
+                "attend_rows: visible must be a contiguous int64 tensor of one count per row");
+    seen = visible->data_ptr<int64_t>();
+    for (int64_t m = 0; m < rows; ++m)
+      TORCH_CHECK(seen[m] >= 0 && seen[m] <= length + m, "attend_rows: row ", m, " cannot see ", seen[m],
+                  " positions: it stands at ", length + m);
+  }
   at::Tensor out = at::empty({rows, heads * dim}, q.options());
   const float* query = q.data_ptr<float>();
   const float* k = keys.data_ptr<float>();
   const float* v = values.data_ptr<float>();
   float* o = out.data_ptr<float>();
   switch (dim) {
-    case 16: attend_heads<2>(query, k, v, length, rows, heads, kv_heads, capacity, o); break;
-    case 32: attend_heads<4>(query, k, v, length, rows, heads, kv_heads, capacity, o); break;
-    case 64: attend_heads<8>(query, k, v, length, rows, heads, kv_heads, capacity, o); break;
-    default: attend_heads<16>(query, k, v, length, rows, heads, kv_heads, capacity, o); break;
+    case 16: attend_heads<2>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
+    case 32: attend_heads<4>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
+    case 64: attend_heads<8>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
+    default: attend_heads<16>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
   }
   return out;
 }
@@ -664,7 +695,8 @@ at::Tensor kernel_linear(int64_t kind, const at::Tensor& x, const at::Tensor* pa
 at::Tensor decoder_layer(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor keys,
                          at::Tensor values, int64_t length, int64_t heads, double scale, double eps,
                          const at::Tensor& norm_in, const at::Tensor& norm_post, at::IntArrayRef kinds,
-                         at::TensorList weights, at::TensorList biases, at::IntArrayRef out_features) {
+                         at::TensorList weights, at::TensorList biases, at::IntArrayRef out_features,
+                         const std::optional<at::Tensor>& visible) {
   TORCH_CHECK(kinds.size() == 4 && weights.size() == 12 && biases.size() == 4 && out_features.size() == 4,
               "decoder_layer: four linears (qkv, out_proj, gate_up, down), three weight tensors each");
   const auto linear = [&](size_t i, const at::Tensor& in) {
@@ -672,7 +704,7 @@ at::Tensor decoder_layer(const at::Tensor& x, const at::Tensor& cos, const at::T
   };
   const at::Tensor q = rotate_into_cache(linear(0, rms_norm(x, norm_in, eps)), cos, sin, keys, values, length, heads,
                                          scale);
-  const at::Tensor h = x + linear(1, attend_rows(q, keys, values, length));
+  const at::Tensor h = x + linear(1, attend_rows(q, keys, values, length, visible));
   return h + linear(3, silu_mul(linear(2, rms_norm(h, norm_post, eps))));
 }
 
@@ -687,13 +719,13 @@ TORCH_LIBRARY(specdec, m) {
   m.def("rotate_into_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int length, "
         "int heads, float scale) -> Tensor",
         &rotate_into_cache);
-  m.def("attend_rows(Tensor q, Tensor keys, Tensor values, int length) -> Tensor", &attend_rows);
+  m.def("attend_rows(Tensor q, Tensor keys, Tensor values, int length, Tensor? visible=None) -> Tensor", &attend_rows);
   m.def("silu_mul(Tensor gate_up) -> Tensor", &silu_mul);
   m.def("instruction_sets() -> str[]", &instruction_sets);
   m.def("instruction_set() -> str", &instruction_set);
   m.def("use_instruction_set(str name) -> ()", &use_instruction_set);
   m.def("decoder_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int length, int heads, "
         "float scale, float eps, Tensor norm_in, Tensor norm_post, int[] kinds, Tensor[] weights, Tensor[] biases, "
-        "int[] out_features) -> Tensor",
+        "int[] out_features, Tensor? visible=None) -> Tensor",
         &decoder_layer);
 }

@@ -153,6 +153,7 @@ def request_attributes(reply: ReplyInfo) -> dict[str, Any]:
         "specdec.k": params.k,
         "specdec.tau": params.tau,
         "specdec.adaptive_k": params.adaptive_k,
+        "specdec.lookup_k": params.lookup_k,
         "specdec.draft.model": reply.draft or "",
     }
     if params.seed is not None:

@@ -208,7 +208,8 @@ class ReplyTracker:
         self._client.log_batch(run_id, params=_params({
             "target": reply.target, "draft": reply.draft, "mode": reply.mode, "k": params.k, "tau": params.tau,
             "temperature": params.temperature, "top_p": params.top_p, "max_new_tokens": params.max_new_tokens,
-            "seed": params.seed, "adaptive_k": params.adaptive_k, **self.model_versions,
+            "seed": params.seed, "adaptive_k": params.adaptive_k, "lookup_k": params.lookup_k,
+            **self.model_versions,
         }), metrics=_metrics({
             "acceptance_rate": summary.acceptance_rate, "tokens_per_s": summary.tokens_per_s,
             "ttft_s": summary.ttft_s, "seconds": summary.seconds, "prompt_tokens": summary.prompt_tokens,

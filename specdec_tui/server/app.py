@@ -147,6 +147,7 @@ def request_params(runtime: Runtime, *, max_tokens: int | None, temperature: flo
         "tau": options.tau,
         "adaptive_k": options.adaptive_k,
         "draft_min_confidence": options.draft_min_confidence,
+        "lookup_k": options.lookup_k,
     }
     overrides = {name: value for name, value in given.items() if value is not None}
     try:

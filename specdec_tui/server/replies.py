@@ -54,6 +54,7 @@ def speculative_report(summary: RunSummary, records: Sequence[StepRecord], param
         k=params.k,
         tau=params.tau,
         adaptive_k=params.adaptive_k,
+        lookup_k=params.lookup_k,
         lossless=params.tau == 1.0,
         steps=summary.steps,
         draft_tokens=summary.drafted,
@@ -84,7 +85,8 @@ def speculative_report(summary: RunSummary, records: Sequence[StepRecord], param
 def step_info(record: StepRecord) -> StepInfo:
     return StepInfo(drafted=record.drafted, accepted=record.accepted, emitted=record.emitted,
                     draft_ms=1000 * record.draft_s, verify_ms=1000 * record.verify_s, accept_ms=1000 * record.accept_s,
-                    degraded=record.degraded or None, draft_failed=record.draft_failed or None)
+                    degraded=record.degraded or None, draft_failed=record.draft_failed or None,
+                    branches=record.branches or None, branch_kept=record.branch_kept or None)
 
 
 def token_origins(tokens: Sequence[Token]) -> list[TokenOrigin]:

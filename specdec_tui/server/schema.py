@@ -44,6 +44,7 @@ class SpeculativeOptions(Strict):
     tau: float | None = Field(None, description="(0, 1]; 1 is lossless")
     adaptive_k: bool | None = None
     draft_min_confidence: float | None = None
+    lookup_k: int | None = Field(None, description="most tokens a prompt-lookup copy proposes, 0..32 (0: k)")
     #: Each streamed chunk also lists its tokens, each with its origin, and the step's record.
     origins: bool = False
     #: Start from empty KV caches instead of reusing the previous request's (for fair comparisons).
@@ -69,6 +70,10 @@ class StepInfo(BaseModel):
     degraded: bool | None = None
     #: The draft model failed, so this step was the target's alone.
     draft_failed: bool | None = None
+    #: Branches (the draft's runner-up tokens) verified beside the draft, and whether one was kept
+    #: (it is then the last of the accepted tokens).
+    branches: int | None = None
+    branch_kept: bool | None = None
 
 
 class SpeculativeReport(BaseModel):
@@ -78,6 +83,7 @@ class SpeculativeReport(BaseModel):
     k: int
     tau: float
     adaptive_k: bool
+    lookup_k: int
     #: True when tau = 1: the text is what the target alone would write (its distribution, when sampling).
     lossless: bool
     steps: int

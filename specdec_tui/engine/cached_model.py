@@ -24,6 +24,13 @@ class Runner(Protocol):
         """Append ``ids``; return logits (n_logits, vocab) after each of the last ``n_logits``."""
         ...
 
+    def crop(self, length: int) -> None:
+        """Keep only the first ``length`` cached positions."""
+        ...
+
+    def reset(self) -> None:
+        ...
+
 
 class BranchingRunner(Runner, Protocol):
     """A runner that also scores branches: tokens in place of drafted ones, in the same pass."""
@@ -33,13 +40,6 @@ class BranchingRunner(Runner, Protocol):
     def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
         """``Runner.forward``, then one more logits row per branch: ``branches[j]`` stands in for
         ``ids[-n_logits + 1 + j]``, seeing only what comes before it; its keys are not kept."""
-        ...
-
-    def crop(self, length: int) -> None:
-        """Keep only the first ``length`` cached positions."""
-        ...
-
-    def reset(self) -> None:
         ...
 
 

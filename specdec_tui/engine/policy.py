@@ -11,7 +11,8 @@ Greedy drafts can also offer branches: the draft's runner-up token at each of th
 positions, verified as extra rows of the same pass. Where the chain stops at one of them, the
 branch is kept with probability h (learnt the same way), so b branches add
 h * sum_{i<b} alpha^i (1 - alpha) tokens for the cost of v(k+1+b) instead of v(k+1); the policy
-picks the b with the most tokens/s, none where extra rows are dear.
+picks k and b together for the most tokens/s (a shorter draft with branches where drafts are
+often rejected, no branches where extra rows are dear).
 """
 
 from __future__ import annotations

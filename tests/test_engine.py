@@ -191,10 +191,9 @@ def test_a_copy_runs_to_lookup_k_past_k_but_never_past_the_room_left():
     long_copies = list(engine.generate(repeated, fixed(k=2, lookup_k=12, max_new_tokens=40), "prompt-lookup"))
     assert max(e.record.drafted for e in long_copies if isinstance(e, StepEvent)) == 12
     for limit in (3, 9):  # the last copy of a reply is cut to the tokens the reply still has room for
-        finished = run(engine, "prompt-lookup", fixed(k=2, lookup_k=12, max_new_tokens=limit), repeated)
-        assert len(finished.token_ids) == limit
-        assert all(s <= limit - 1 for s in [e.record.drafted for e in engine.generate(
-            repeated, fixed(k=2, lookup_k=12, max_new_tokens=limit), "prompt-lookup") if isinstance(e, StepEvent)])
+        events = list(engine.generate(repeated, fixed(k=2, lookup_k=12, max_new_tokens=limit), "prompt-lookup"))
+        assert isinstance(events[-1], FinishedEvent) and len(events[-1].token_ids) == limit
+        assert all(e.record.drafted <= limit - 1 for e in events if isinstance(e, StepEvent))
 
 
 class OracleDrafter:

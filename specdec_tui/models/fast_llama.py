@@ -341,9 +341,8 @@ class FastLlama:
             if self.kernel_layers is None or rows + extra > MAX_ROWS or extra > n_logits - 1:
                 raise ValueError(f"cannot verify {extra} branches here (kernel layers, at most {MAX_ROWS} rows, "
                                  "one branch per scored draft token)")
-            stand_ins = positions[1 : 1 + extra]
-            positions = torch.cat([positions, stand_ins])
-            visible = positions.clone()
+            # A branch takes the position of the token it stands in for, and sees the positions before it.
+            positions = visible = torch.cat([positions, positions[1 : 1 + extra]])
         cos, sin = self._rotary(positions)
         if self.kernel_layers is not None and rows + extra <= MAX_ROWS:
             for keys, values, args in zip(self.keys, self.values, self.kernel_layers, strict=True):

@@ -71,6 +71,7 @@ namespace {
 #define SPECDEC_DPBUSD _mm256_dpbusd_avx_epi32
 #define SPECDEC_INT8_ROWS 6
 #define SPECDEC_INT4_ROWS 4
+#define SPECDEC_INT4_SPLIT_ROWS 2
 namespace {
 #include "quantized_products.inc"
 }
@@ -82,6 +83,7 @@ namespace {
 #define SPECDEC_DPBUSD _mm256_dpbusd_epi32
 #define SPECDEC_INT8_ROWS 12
 #define SPECDEC_INT4_ROWS 8
+#define SPECDEC_INT4_SPLIT_ROWS 5
 namespace {
 #include "quantized_products.inc"
 }

@@ -76,7 +76,7 @@ class DecodingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     drafter: str = Field("hybrid", description=f"who drafts: {', '.join(DRAFTER_MODES)}")
-    k: int = Field(4, ge=1, le=32, description="tokens drafted per step")
+    k: int = Field(6, ge=1, le=32, description="most tokens drafted per step")
     tau: float = Field(1.0, gt=0.0, le=1.0, description="1 = lossless; lower accepts more drafts")
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")

@@ -5,9 +5,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec_tui.engine.drafters import Draft, HybridDrafter, PromptLookupDrafter, Sampler
+from specdec_tui.engine.drafters import Draft, HybridDrafter, ModelDrafter, PromptLookupDrafter, Sampler
 from specdec_tui.engine.metrics import StepRecord
-from specdec_tui.engine.policy import DraftPolicy, VerifyCost, best_k, expected_tokens
+from specdec_tui.engine.policy import AcceptanceByConfidence, DraftPolicy, VerifyCost, best_k, expected_tokens
 
 
 @given(st.floats(0.0, 0.999), st.integers(0, 16))
@@ -163,3 +163,55 @@ def test_a_hybrid_hands_over_to_the_model_when_its_copies_fail():
     assert hybrid.propose(REPEATING, 4, GREEDY).source == "prompt-lookup"
     teach_rejected_copies(hybrid, cost)
     assert hybrid.propose(REPEATING, 4, GREEDY).source == "model"
+
+
+def test_acceptance_by_confidence_starts_at_the_drafts_own_probability_and_learns_from_judged_tokens_only():
+    table = AcceptanceByConfidence(bins=10)
+    assert table(0.95) == pytest.approx(0.95)
+    assert table(0.15) == pytest.approx(0.15)
+    for _ in range(50):
+        # The first token kept, the second rejected; the target never judged the two after it.
+        table.observe([0.95, 0.15, 0.35, 0.55], kept=1)
+    assert table(0.95) > 0.97
+    assert table(0.15) < 0.05
+    assert table(0.35) == pytest.approx(0.35)
+    assert table(0.55) == pytest.approx(0.55)
+
+
+def test_a_draft_goes_on_after_tokens_it_is_sure_of_and_stops_after_one_it_doubts():
+    policy = DraftPolicy(VerifyCost())
+    assert policy.keep_drafting([0.15], 0)  # no draft cost measured yet: draft up to K
+    taught(policy, step(4, 3, draft_s=0.04, verify_s=0.1))  # a drafted token costs a tenth of a pass
+    assert policy.plan(4) == (2, 0)  # on the average acceptance, 2 tokens a step pay best
+    assert policy.keep_drafting([0.97, 0.95], 0)
+    assert not policy.keep_drafting([0.97, 0.15], 0)
+
+
+class ScriptedDraftModel:
+    """A draft model sure of token 1 with the given probability at each position after the prompt."""
+
+    input_vocab = 8
+    last_fed = 1
+
+    def __init__(self, prompt: list[int], sure: list[float]) -> None:
+        self.prompt, self.sure = prompt, sure
+
+    def logits_for(self, ids: list[int], n_logits: int) -> torch.Tensor:
+        p = self.sure[len(ids) - len(self.prompt)]
+        probs = torch.full((self.input_vocab,), (1 - p) / (self.input_vocab - 1))
+        probs[1] = p
+        return probs.log()[None]
+
+
+def test_a_model_draft_stops_after_a_token_it_doubts_and_teaches_the_policy_its_confidences():
+    prompt, sure = [0, 0, 0], [0.97, 0.95, 0.15, 0.97, 0.97, 0.97, 0.97]
+    policy = DraftPolicy(VerifyCost())
+    taught(policy, step(4, 3, draft_s=0.04, verify_s=0.1))
+    drafter = ModelDrafter(ScriptedDraftModel(prompt, sure), 8, policy=policy)  # type: ignore[arg-type]
+    assert drafter.propose(prompt, 6, GREEDY).tokens == [1, 1, 1]  # stopped after the doubted third
+    assert drafter.confidences == pytest.approx(sure[:3])
+    fixed_length = ModelDrafter(ScriptedDraftModel(prompt, sure), 8)  # type: ignore[arg-type]
+    assert len(fixed_length.propose(prompt, 6, GREEDY).tokens) == 6  # no policy: always K
+    before = policy.by_confidence(0.15)
+    drafter.observe(step(3, 2), "model")  # the target rejected the doubted token
+    assert policy.by_confidence(0.15) < before

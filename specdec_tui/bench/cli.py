@@ -29,6 +29,7 @@ from specdec_tui.bench.modes import (
 from specdec_tui.bench.report import format_summary, paired_ratio, plot_sweep, summarize_rows
 from specdec_tui.bench.suite import SuiteError, default_suite_path, load_suite, select_prompts
 from specdec_tui.config import (
+    DecodingSettings,
     ModelSettings,
     PrecisionName,
     SettingsError,
@@ -64,7 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts per category")
     parser.add_argument("--modes", type=list_of(str), default=list(DEFAULT_MODES),
                         help=f"comma-separated, from {', '.join(ALL_MODES)} (default: all but the llama.cpp ones)")
-    parser.add_argument("--ks", type=list_of(int), default=[4], help="values of K, e.g. 2,4,6")
+    parser.add_argument("--ks", type=list_of(int), default=[DecodingSettings().k],
+                        help="values of K, e.g. 2,4,6 (default: the default K)")
     parser.add_argument("--taus", type=list_of(float), default=[1.0], help="values of tau, e.g. 1.0,0.5")
     sweep = parser.add_argument_group(
         "draft sweep", "every combination of these is a draft variant; the drafting modes run once per variant, "

@@ -84,9 +84,10 @@ class ModelDrafter:
 
         Drafting stops after a token whose draft probability is below ``min_confidence``: the
         target is then unlikely to accept what would follow, and each draft step costs time.
-        ``policy``, if given, caps each draft at the length with the best expected tokens/s, and
-        where ``branching`` (the target verifies branches) picks how many greedy positions also
-        offer their runner-up token as a branch.
+        ``policy``, if given, decides whether a step drafts at all and, where ``branching`` (the
+        target verifies branches), how many greedy positions also offer their runner-up token as a
+        branch; the draft then goes on, up to the step's ``k``, while the policy expects the next
+        token to pay for itself given how sure the draft was of the tokens so far.
         """
         self.model = model
         self.vocab_size = vocab_size
@@ -95,6 +96,8 @@ class ModelDrafter:
         self.branching = branching
         #: Tokens the latest draft had to catch up on first (a whole prompt after a reset).
         self.caught_up = 0
+        #: The draft's probability of each token of its latest draft.
+        self.confidences: list[float] = []
         self.embeddable = model.input_vocab
 
     def _embeddable(self, context: Sequence[int]) -> Sequence[int]:
@@ -113,12 +116,14 @@ class ModelDrafter:
     def observe(self, record: StepRecord, source: str) -> None:
         if self.policy is not None and source == self.name:
             # A draft that first had to read a prompt says nothing about what drafting costs.
-            self.policy.observe(record, cost_is_typical=self.caught_up <= 2)
+            self.policy.observe(record, cost_is_typical=self.caught_up <= 2, confidences=self.confidences)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
         branches_wanted = 0
+        self.confidences = []
         if self.policy is not None:
-            k, branches_wanted = self.policy.plan(k, self.branching and sampler.greedy)
+            drafts, branches_wanted = self.policy.plan(k, self.branching and sampler.greedy)
+            k = k if drafts else 0
         if k == 0:
             return Draft([], source=self.name)
         tokens: list[int] = []
@@ -132,14 +137,17 @@ class ModelDrafter:
                 token = int(logits.argmax())
                 if len(branches) == len(tokens) < branches_wanted and (runner_up := second_best(logits, token)) >= 0:
                     branches.append(runner_up)
-                confidence = float(torch.softmax(logits, -1)[token]) if self.min_confidence else 1.0
+                confidence = float(torch.softmax(logits, -1)[token])
             else:
                 q = sampler.probs(logits)
                 token = sampler.sample(q)
                 rows.append(q)
                 confidence = float(q[token])
             tokens.append(token)
+            self.confidences.append(confidence)
             if len(tokens) >= k or confidence < self.min_confidence:
+                break
+            if self.policy is not None and not self.policy.keep_drafting(self.confidences, branches_wanted):
                 break
             logits = self._align(self.model.logits_for([*context, *tokens], 1)[0])
         return Draft(tokens, torch.stack(rows) if rows else None, self.name, branches)

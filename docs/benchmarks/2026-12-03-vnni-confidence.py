@@ -1,0 +1,90 @@
+"""The paired lever runs of 2026-12-03 (README, "Drafting by confidence, paired").
+
+Interleaved per prompt in one process (the order rotates from prompt to prompt), all 28 prompts,
+greedy, 128 new tokens, fresh caches, default settings otherwise; each variant has its own engine
+(its own adaptive-K policies and verify-cost table) over the one loaded pair. A variant is named
+by its draft rule and its K:
+
+- target: target-only decoding;
+- P<K>: the previous rule: hybrid, each model draft as long as the length the policy chose for the
+  step up front from the average acceptance, at most K;
+- C<K>: the draft goes on token by token while the next one is expected to pay, from the draft's
+  confidence in the tokens so far (today's rule), at most K.
+
+Run: .venv/bin/python docs/benchmarks/2026-12-03-vnni-confidence.py P4 P6 C6
+Every variant is compared with the first, paired per prompt; the output of that night is
+2026-12-03-vnni-confidence-2.txt beside this file. An hour before, a first version of the rule
+(the next token had to add tokens at this step's own expected rate, not the policy's) ran as
+P4 / C4 / C6, there named C / D / E: 2026-12-03-vnni-confidence-1.txt.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+
+from specdec_tui.bench.suite import default_suite_path, load_suite
+from specdec_tui.config import Settings
+from specdec_tui.engine.decoder import FinishedEvent
+from specdec_tui.engine.policy import DraftPolicy
+from specdec_tui.runtime import build_engine, load_runtime
+
+
+class PlannedLength(DraftPolicy):
+    """The policy as it was: a draft as long as the length chosen before it."""
+
+    def plan(self, k_max: int, branching: bool = False) -> tuple[int, int]:
+        self.length, branches = super().plan(k_max, branching)
+        return self.length, branches
+
+    def keep_drafting(self, confidences: Sequence[float], branches: int) -> bool:
+        return len(confidences) < self.length
+
+
+VARIANTS = sys.argv[1:] or ["P4", "C4", "C6"]
+runtime = load_runtime(Settings())
+engines = {name: build_engine(runtime.pair, runtime.settings)[0] for name in VARIANTS}
+for name, engine in engines.items():
+    if name.startswith("P"):
+        engine.policies["model"] = PlannedLength(engine.decoder.verify_cost)
+NAMES = ["target", *VARIANTS]
+
+
+def run(ids: list[int], name: str) -> tuple[tuple[int, ...], object]:
+    engine = engines[VARIANTS[0] if name == "target" else name]
+    params = runtime.params(max_new_tokens=128, k=4 if name == "target" else int(name[1:]))
+    drafter = None if name == "target" else engine.drafter("hybrid", params)
+    engine.reset()
+    for event in engine.decoder.generate(ids, params, drafter):
+        if isinstance(event, FinishedEvent):
+            return event.token_ids, event.summary
+    raise RuntimeError("a reply ended without its summary")
+
+
+suite = load_suite(default_suite_path())
+warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])
+for name in NAMES:
+    run(warm, name)
+ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+for i, item in enumerate(suite):
+    ids = runtime.prompt_ids(item.messages)
+    order = NAMES[i % len(NAMES) :] + NAMES[: i % len(NAMES)]
+    results = {name: run(ids, name) for name in order}
+    base = results["target"][1].tokens_per_s
+    line = [item.id, f"target {base:.1f}"]
+    for name in VARIANTS:
+        tokens, summary = results[name]
+        assert tokens == results["target"][0], (item.id, name)  # identical to target-only
+        ratios[item.category][name].append(summary.tokens_per_s / base)
+        line.append(f"{name} {summary.tokens_per_s / base:.2f} (acc {summary.acceptance_rate or 0:.2f}, "
+                    f"steps {summary.steps}, drafted {summary.drafted})")
+    print(" | ".join(line), flush=True)
+for category, by in ratios.items():
+    print(category, "x target, median:", {k: round(statistics.median(v), 3) for k, v in by.items()},
+          "lowest:", {k: round(min(v), 3) for k, v in by.items()})
+    for name in VARIANTS[1:]:
+        paired = [x / y for x, y in zip(by[name], by[VARIANTS[0]], strict=True)]
+        print(f"  {name} / {VARIANTS[0]}: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
+              f"max {max(paired):.3f}")

@@ -9,11 +9,14 @@ by its draft rule and its K:
 - P<K>: the previous rule: hybrid, each model draft as long as the length the policy chose for the
   step up front from the average acceptance, at most K;
 - C<K>: the draft goes on token by token while the next one is expected to pay, from the draft's
-  confidence in the tokens so far (today's rule), at most K.
+  confidence in the tokens so far (today's rule), at most K;
+- R<K>: C<K>, but the next token must add tokens at the rate the reply's recent steps achieved
+  (every step, copies included, from the second on) rather than the rate the model policy expects.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-03-vnni-confidence.py P4 P6 C6
 Every variant is compared with the first, paired per prompt; the output of that night is
-2026-12-03-vnni-confidence-2.txt beside this file. An hour before, a first version of the rule
+2026-12-03-vnni-confidence-2.txt beside this file, and that of `P4 C6 R6` run after it
+2026-12-03-vnni-confidence-3.txt. An hour before, a first version of the rule
 (the next token had to add tokens at this step's own expected rate, not the policy's) ran as
 P4 / C4 / C6, there named C / D / E: 2026-12-03-vnni-confidence-1.txt.
 """
@@ -28,6 +31,7 @@ from collections.abc import Sequence
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import FinishedEvent
+from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import DraftPolicy
 from specdec_tui.runtime import build_engine, load_runtime
 
@@ -43,12 +47,29 @@ class PlannedLength(DraftPolicy):
         return len(confidences) < self.length
 
 
-VARIANTS = sys.argv[1:] or ["P4", "C4", "C6"]
+class RecentRate(DraftPolicy):
+    """Today's rule against the tokens per second of the reply's recent steps, whoever drafted them."""
+
+    tokens = seconds = 0.0
+
+    def see(self, record: StepRecord) -> None:
+        self.tokens = 0.9 * self.tokens + record.emitted
+        self.seconds = 0.9 * self.seconds + record.seconds
+
+    def keep_drafting(self, confidences: Sequence[float], branches: int) -> bool:
+        if self.seconds:
+            self.rate = self.tokens / self.seconds
+        return super().keep_drafting(confidences, branches)
+
+
+VARIANTS = sys.argv[1:] or ["P4", "P6", "C6"]
 runtime = load_runtime(Settings())
 engines = {name: build_engine(runtime.pair, runtime.settings)[0] for name in VARIANTS}
 for name, engine in engines.items():
     if name.startswith("P"):
         engine.policies["model"] = PlannedLength(engine.decoder.verify_cost)
+    if name.startswith("R"):
+        engine.policies["model"] = RecentRate(engine.decoder.verify_cost)
 NAMES = ["target", *VARIANTS]
 
 
@@ -56,6 +77,16 @@ def run(ids: list[int], name: str) -> tuple[tuple[int, ...], object]:
     engine = engines[VARIANTS[0] if name == "target" else name]
     params = runtime.params(max_new_tokens=128, k=4 if name == "target" else int(name[1:]))
     drafter = None if name == "target" else engine.drafter("hybrid", params)
+    if name.startswith("R"):
+        policy, model_observe, steps = engine.policies["model"], drafter.model.observe, []
+
+        def observe(record: StepRecord, source: str) -> None:
+            if steps:  # the first step's time is mostly the prompt's
+                policy.see(record)
+            steps.append(record)
+            model_observe(record, source)
+
+        drafter.model.observe = observe
     engine.reset()
     for event in engine.decoder.generate(ids, params, drafter):
         if isinstance(event, FinishedEvent):

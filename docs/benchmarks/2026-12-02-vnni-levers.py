@@ -10,16 +10,17 @@ greedy, 128 new tokens, fresh caches, default settings otherwise; each variant h
 - B: copies of up to 8 tokens, the table capped (fewer rows never dearer than more);
 - C: B with branches, draft length and branch count chosen together (today's default).
 
+Today's defaults differ (K = 6, drafts that stop by confidence), so every variant here is pinned to
+that day's K = 4 and its up-front draft length.
+
 Run: .venv/bin/python docs/benchmarks/2026-12-02-vnni-levers.py
 Its output of that evening is 2026-12-02-vnni-levers.txt beside it.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
+from paired_levers import PlannedLength, Reply, interleaved, print_paired
 
-from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import FinishedEvent, StepEvent
 from specdec_tui.engine.policy import VerifyCost
@@ -36,15 +37,16 @@ class UncappedVerifyCost(VerifyCost):
 runtime = load_runtime(Settings())
 engines = {name: build_engine(runtime.pair, runtime.settings)[0] for name in "ABC"}
 engines["A"].decoder.verify_cost = UncappedVerifyCost()
+for engine in engines.values():
+    engine.policies["model"] = PlannedLength(engine.decoder.verify_cost)
 #: lookup_k and whether the model draft offers branches, per variant.
 VARIANTS = {"A": (4, False), "B": (8, False), "C": (8, True)}
-NAMES = ["target", *VARIANTS]
 
 
-def run(ids: list[int], name: str) -> tuple[tuple[int, ...], object, int, int]:
+def run(ids: list[int], name: str) -> Reply:
     engine = engines["A" if name == "target" else name]
     lookup_k, branching = VARIANTS.get(name, (4, False))
-    params = runtime.params(max_new_tokens=128, lookup_k=lookup_k)
+    params = runtime.params(max_new_tokens=128, k=4, lookup_k=lookup_k)
     drafter = None if name == "target" else engine.drafter("hybrid", params)
     if drafter is not None:
         drafter.model.branching = branching
@@ -55,32 +57,8 @@ def run(ids: list[int], name: str) -> tuple[tuple[int, ...], object, int, int]:
             kept += event.record.branch_kept
             branch_steps += event.record.branches > 0
         elif isinstance(event, FinishedEvent):
-            return event.token_ids, event.summary, kept, branch_steps
+            return event.token_ids, event.summary, f"branch steps {branch_steps}, kept {kept}"
     raise RuntimeError("a reply ended without its summary")
 
 
-suite = load_suite(default_suite_path())
-warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])
-for name in NAMES:
-    run(warm, name)
-ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-for i, item in enumerate(suite):
-    ids = runtime.prompt_ids(item.messages)
-    order = NAMES[i % 4 :] + NAMES[: i % 4]
-    results = {name: run(ids, name) for name in order}
-    base = results["target"][1].tokens_per_s
-    line = [item.id, f"target {base:.1f}"]
-    for name in VARIANTS:
-        tokens, summary, kept, branch_steps = results[name]
-        assert tokens == results["target"][0], (item.id, name)  # identical to target-only
-        ratios[item.category][name].append(summary.tokens_per_s / base)
-        line.append(f"{name} {summary.tokens_per_s / base:.2f} (acc {summary.acceptance_rate or 0:.2f}, "
-                    f"steps {summary.steps}, branch steps {branch_steps}, kept {kept})")
-    print(" | ".join(line), flush=True)
-for category, by in ratios.items():
-    print(category, "x target, median:", {k: round(statistics.median(v), 3) for k, v in by.items()},
-          "lowest:", {k: round(min(v), 3) for k, v in by.items()})
-    for a, b in (("B", "A"), ("C", "B"), ("C", "A")):
-        paired = [x / y for x, y in zip(by[a], by[b], strict=True)]
-        print(f"  {a} / {b}: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
-              f"max {max(paired):.3f}")
+print_paired(interleaved(runtime, list(VARIANTS), run), [("B", "A"), ("C", "B"), ("C", "A")])

@@ -23,28 +23,16 @@ P4 / C4 / C6, there named C / D / E: 2026-12-03-vnni-confidence-1.txt.
 
 from __future__ import annotations
 
-import statistics
 import sys
-from collections import defaultdict
 from collections.abc import Sequence
 
-from specdec_tui.bench.suite import default_suite_path, load_suite
+from paired_levers import PlannedLength, Reply, interleaved, print_paired
+
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import DraftPolicy
 from specdec_tui.runtime import build_engine, load_runtime
-
-
-class PlannedLength(DraftPolicy):
-    """The policy as it was: a draft as long as the length chosen before it."""
-
-    def plan(self, k_max: int, branching: bool = False) -> tuple[int, int]:
-        self.length, branches = super().plan(k_max, branching)
-        return self.length, branches
-
-    def keep_drafting(self, confidences: Sequence[float], branches: int) -> bool:
-        return len(confidences) < self.length
 
 
 class RecentRate(DraftPolicy):
@@ -70,10 +58,9 @@ for name, engine in engines.items():
         engine.policies["model"] = PlannedLength(engine.decoder.verify_cost)
     if name.startswith("R"):
         engine.policies["model"] = RecentRate(engine.decoder.verify_cost)
-NAMES = ["target", *VARIANTS]
 
 
-def run(ids: list[int], name: str) -> tuple[tuple[int, ...], object]:
+def run(ids: list[int], name: str) -> Reply:
     engine = engines[VARIANTS[0] if name == "target" else name]
     params = runtime.params(max_new_tokens=128, k=4 if name == "target" else int(name[1:]))
     drafter = None if name == "target" else engine.drafter("hybrid", params)
@@ -90,32 +77,8 @@ def run(ids: list[int], name: str) -> tuple[tuple[int, ...], object]:
     engine.reset()
     for event in engine.decoder.generate(ids, params, drafter):
         if isinstance(event, FinishedEvent):
-            return event.token_ids, event.summary
+            return event.token_ids, event.summary, f"drafted {event.summary.drafted}"
     raise RuntimeError("a reply ended without its summary")
 
 
-suite = load_suite(default_suite_path())
-warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])
-for name in NAMES:
-    run(warm, name)
-ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-for i, item in enumerate(suite):
-    ids = runtime.prompt_ids(item.messages)
-    order = NAMES[i % len(NAMES) :] + NAMES[: i % len(NAMES)]
-    results = {name: run(ids, name) for name in order}
-    base = results["target"][1].tokens_per_s
-    line = [item.id, f"target {base:.1f}"]
-    for name in VARIANTS:
-        tokens, summary = results[name]
-        assert tokens == results["target"][0], (item.id, name)  # identical to target-only
-        ratios[item.category][name].append(summary.tokens_per_s / base)
-        line.append(f"{name} {summary.tokens_per_s / base:.2f} (acc {summary.acceptance_rate or 0:.2f}, "
-                    f"steps {summary.steps}, drafted {summary.drafted})")
-    print(" | ".join(line), flush=True)
-for category, by in ratios.items():
-    print(category, "x target, median:", {k: round(statistics.median(v), 3) for k, v in by.items()},
-          "lowest:", {k: round(min(v), 3) for k, v in by.items()})
-    for name in VARIANTS[1:]:
-        paired = [x / y for x, y in zip(by[name], by[VARIANTS[0]], strict=True)]
-        print(f"  {name} / {VARIANTS[0]}: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
-              f"max {max(paired):.3f}")
+print_paired(interleaved(runtime, VARIANTS, run), [(name, VARIANTS[0]) for name in VARIANTS[1:]])

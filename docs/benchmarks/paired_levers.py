@@ -1,0 +1,68 @@
+"""What the paired lever scripts beside this file share.
+
+Every suite prompt is decoded by target-only and by each variant in one process, the order rotating
+from prompt to prompt, each reply checked identical to target-only; the ratios to target-only are
+collected per category and compared between variants, paired per prompt.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from specdec_tui.bench.suite import default_suite_path, load_suite
+from specdec_tui.engine.metrics import RunSummary
+from specdec_tui.engine.policy import DraftPolicy
+from specdec_tui.runtime import Runtime
+
+#: One reply of a variant ("target" for target-only) to the prompt ids: its token ids, its summary,
+#: and what else the script reports of it.
+Reply = tuple[tuple[int, ...], RunSummary, str]
+Ratios = dict[str, dict[str, list[float]]]
+
+
+class PlannedLength(DraftPolicy):
+    """The length policy before drafts stopped by confidence: a draft as long as the length it
+    chose before drafting."""
+
+    def plan(self, k_max: int, branching: bool = False) -> tuple[int, int]:
+        self.length, branches = super().plan(k_max, branching)
+        return self.length, branches
+
+    def keep_drafting(self, confidences: Sequence[float], branches: int) -> bool:
+        return len(confidences) < self.length
+
+
+def interleaved(runtime: Runtime, variants: Sequence[str], run: Callable[[list[int], str], Reply]) -> Ratios:
+    """Each variant's tokens/s over target-only's, per category and prompt; a line per prompt."""
+    names = ["target", *variants]
+    warm = runtime.prompt_ids([{"role": "user", "content": "Say hi."}])
+    for name in names:
+        run(warm, name)
+    ratios: Ratios = defaultdict(lambda: defaultdict(list))
+    for i, item in enumerate(load_suite(default_suite_path())):
+        ids = runtime.prompt_ids(item.messages)
+        order = names[i % len(names) :] + names[: i % len(names)]
+        results = {name: run(ids, name) for name in order}
+        target_tokens, target, _ = results["target"]
+        line = [item.id, f"target {target.tokens_per_s:.1f}"]
+        for name in variants:
+            tokens, summary, details = results[name]
+            assert tokens == target_tokens, (item.id, name)  # identical to target-only
+            ratio = summary.tokens_per_s / target.tokens_per_s
+            ratios[item.category][name].append(ratio)
+            line.append(f"{name} {ratio:.2f} (acc {summary.acceptance_rate or 0:.2f}, steps {summary.steps}, "
+                        f"{details})")
+        print(" | ".join(line), flush=True)
+    return ratios
+
+
+def print_paired(ratios: Ratios, pairs: Sequence[tuple[str, str]]) -> None:
+    for category, by in ratios.items():
+        print(category, "x target, median:", {k: round(statistics.median(v), 3) for k, v in by.items()},
+              "lowest:", {k: round(min(v), 3) for k, v in by.items()})
+        for a, b in pairs:
+            paired = [x / y for x, y in zip(by[a], by[b], strict=True)]
+            print(f"  {a} / {b}: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
+                  f"max {max(paired):.3f}")

@@ -137,7 +137,9 @@ class ModelDrafter:
                 token = int(logits.argmax())
                 if len(branches) == len(tokens) < branches_wanted and (runner_up := second_best(logits, token)) >= 0:
                     branches.append(runner_up)
-                confidence = float(torch.softmax(logits, -1)[token])
+                # A softmax over the whole vocabulary, so only where something reads it.
+                confidence = (float(torch.softmax(logits, -1)[token])
+                              if self.policy is not None or self.min_confidence else 1.0)
             else:
                 q = sampler.probs(logits)
                 token = sampler.sample(q)

@@ -18,8 +18,8 @@ Within a step, a model draft also knows how sure it is of each token it drafts, 
 more about whether the target will keep it than the average alpha does (on the bundled suite, 0.99
 of drafted tokens the draft gave at least 0.9 were kept, 0.1-0.4 of those it gave under 0.4). So
 the draft goes on token by token while the next one is expected to add tokens at least at the rate
-the policy expects of a step (``keep_drafting``), up to the step's K, with the acceptance at each confidence learnt online
-(``AcceptanceByConfidence``).
+the policy expects of a step (``keep_drafting``), up to the step's K, with the acceptance at each
+confidence learnt online (``AcceptanceByConfidence``).
 """
 
 from __future__ import annotations
@@ -121,8 +121,9 @@ class DraftPolicy:
 
     Acceptance is estimated from decayed counts of kept drafts and of rejections (each step ends
     at its first rejection, so kept / (kept + rejections) is the per-token rate). When the policy
-    stops drafting it probes with one token every ``probe_every`` steps, so it can notice the
-    draft getting better again.
+    stops drafting it probes every ``probe_every`` steps, so it can notice the draft getting
+    better again: a copy of one token, or a model draft that goes on only while ``keep_drafting``
+    says its next token pays.
     """
 
     def __init__(self, verify_cost: VerifyCost, decay: float = 0.9, prior_alpha: float = 0.7,

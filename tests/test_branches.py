@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny import prompt, runner_for, tiny_engine, tiny_model
 
-from specdec_tui.engine.acceptance import greedy_verdict
+from specdec_tui.engine.acceptance import Verdict, greedy_verdict
 from specdec_tui.engine.cached_model import CachedModel
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, StepEvent
 from specdec_tui.engine.drafters import Draft, ModelDrafter, Sampler
@@ -37,7 +37,8 @@ def host_instruction_sets() -> list[str]:
 @pytest.mark.parametrize("instruction_set", host_instruction_sets())
 def test_a_branch_row_is_bitwise_the_single_step_after_its_own_prefix(arch: str, precision: str,
                                                                        context: list[int], instruction_set: str):
-    drafts, branches = [5, 77, 140, 9], [61, 203, 18]
+    # Branches where a draft doubts, not only at the first positions: none for draft 1.
+    drafts, branches = [5, 77, 140, 9], [(0, 61), (2, 203), (3, 18)]
     with quantized_kernels.using_instruction_set(instruction_set):
         # As in a reply: the prompt but its last token is read first, then each step feeds a block.
         block, single = cached(arch, precision), cached(arch, precision)
@@ -49,9 +50,8 @@ def test_a_branch_row_is_bitwise_the_single_step_after_its_own_prefix(arch: str,
         # A cache that has not read the prompt reads it first, the same way.
         assert torch.equal(cached(arch, precision).logits_for([*context, *drafts], len(drafts) + 1, branches), scored)
         chain = [single.logits_for([*context, *drafts[:i]], 1)[0] for i in range(len(drafts) + 1)]
-        # Branch j stands in for draft j: the target after the context, drafts[:j] and the branch.
-        after_branches = [single.logits_for([*context, *drafts[:j], branch], 1)[0]
-                          for j, branch in enumerate(branches)]
+        # Branch (j, token) stands in for draft j: the target after the context, drafts[:j] and the token.
+        after_branches = [single.logits_for([*context, *drafts[:j], token], 1)[0] for j, token in branches]
         assert torch.equal(scored, torch.stack([*chain, *after_branches]))
         # The cache keeps the draft, not the branches: the next pass scores like a fresh cache.
         assert block.ids == [*context, *drafts]
@@ -62,10 +62,30 @@ def test_a_branch_row_is_bitwise_the_single_step_after_its_own_prefix(arch: str,
 
 
 @needs_kernels
-def test_a_runner_refuses_more_branches_than_scored_drafts_in_one_line():
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_after_a_kept_branch_the_next_block_with_branches_is_one_pass_and_still_bitwise(precision: str):
+    block, single = cached("qwen2", precision), cached("qwen2", precision)
+    block.prefill(PROMPT[:-1])
+    block.logits_for([*PROMPT, 5, 77, 140], 3, [(1, 61)])
+    # Branch 61 was kept after draft 5, then the target's token 9: the cache has neither yet.
+    context, drafts = [*PROMPT, 5, 61, 9], [12, 30]
+    rows_fed: list[int] = []
+    embed = block.runner.embedding.rows
+    block.runner.embedding.rows = lambda ids: rows_fed.append(len(ids)) or embed(ids)  # type: ignore[method-assign]
+    scored = block.logits_for([*context, *drafts], 3, [(0, 44)])
+    assert rows_fed == [2 + 2 + 1]  # one pass: the branch and the token after it, the drafts, the branch
+    chain = [single.logits_for([*context, *drafts[:i]], 1)[0] for i in range(3)]
+    assert torch.equal(scored, torch.stack([*chain, single.logits_for([*context, 44], 1)[0]]))
+
+
+@needs_kernels
+def test_a_runner_refuses_branches_for_tokens_it_does_not_score_or_two_for_one_in_one_line():
     model = cached("qwen2")
-    with pytest.raises(ValueError, match="cannot verify 3 branches"):
-        model.logits_for([*PROMPT, 5, 6], 2, [1, 2, 3])
+    with pytest.raises(ValueError, match=r"cannot verify branches \[0, 1\]"):
+        model.logits_for([*PROMPT, 5, 6], 2, [(0, 1), (1, 2)])  # one scored draft token: only (0, _)
+    with pytest.raises(ValueError, match=r"cannot verify branches \[1, 1\]"):
+        model.logits_for([*PROMPT, 5, 6, 7], 3, [(1, 1), (1, 2)])
+    assert model.logits_for([*PROMPT, 5, 6, 7], 3, [(1, 2)]).shape[0] == 4
 
 
 def test_transformers_forward_does_not_take_branches():
@@ -81,24 +101,27 @@ def test_a_rejected_draft_token_gives_way_to_its_branch_when_the_target_agrees_w
     drafts = torch.tensor([1, 2, 7])
     # Draft 1 (2) is rejected, its branch (4) is what the target wanted: keep it, then the
     # target's token after the branch comes from the branch's row.
-    verdict = greedy_verdict(drafts, logits, 1.0, torch.tensor([6, 4]))
+    verdict = greedy_verdict(drafts, logits, 1.0, [(0, 6), (1, 4)])
     assert (verdict.accepted, verdict.branch, verdict.next_token) == (2, 4, 9)
     assert verdict.kept([1, 2, 7]) == [1, 4]
+    # The only branch, at position 1, has the first branch row (4).
+    assert greedy_verdict(drafts, logits[:5], 1.0, [(1, 4)]) == Verdict(2, 3, 4)
     # Lenient (tau < 1): a branch the target finds likely enough is kept though not its first choice.
     lenient = logits.clone()
     lenient[1, 6] = 4.9
-    assert greedy_verdict(drafts, lenient, 0.5, torch.tensor([0, 6])).kept([1, 2, 7]) == [1, 6]
-    assert greedy_verdict(drafts, lenient, 1.0, torch.tensor([0, 6])).kept([1, 2, 7]) == [1]
+    assert greedy_verdict(drafts, lenient, 0.5, [(0, 0), (1, 6)]).kept([1, 2, 7]) == [1, 6]
+    assert greedy_verdict(drafts, lenient, 1.0, [(0, 0), (1, 6)]).kept([1, 2, 7]) == [1]
     # A branch the target does not want changes nothing.
-    assert greedy_verdict(drafts, logits, 1.0, torch.tensor([6, 5])) == greedy_verdict(drafts, logits[:4], 1.0)
-    # No branch at the rejected position: the target's own token.
-    assert greedy_verdict(drafts, logits, 1.0, torch.tensor([1])).next_token == 4
+    assert greedy_verdict(drafts, logits, 1.0, [(0, 6), (1, 5)]) == greedy_verdict(drafts, logits[:4], 1.0)
+    # No branch at the rejected position: the target's own token, whatever the others say.
+    assert greedy_verdict(drafts, logits[:6], 1.0, [(0, 1), (2, 4)]).next_token == 4
 
 
 def forced_branches(engine: Engine) -> ModelDrafter:
     """A drafter that offers a branch at every position (the policy would weigh their cost)."""
     policy = DraftPolicy(engine.decoder.verify_cost)
     policy.plan = lambda k, branching=False: (k, k if branching else 0)  # type: ignore[method-assign]
+    policy.place_branches = lambda confidences: list(range(len(confidences)))  # type: ignore[method-assign]
     return ModelDrafter(engine.draft, engine.vocab_size, policy=policy, branching=True)
 
 
@@ -126,8 +149,8 @@ def test_sampled_drafts_offer_no_branches():
     drafter = forced_branches(engine)
     sampled = drafter.propose(PROMPT, 4, Sampler(0.8, 1.0, torch.Generator().manual_seed(0)))
     greedy = drafter.propose(PROMPT, 4, Sampler(0.0, 1.0, torch.Generator()))
-    assert sampled.branches == [] and len(greedy.branches) == 4
-    assert all(b != t for b, t in zip(greedy.branches, greedy.tokens, strict=True))
+    assert sampled.branches == [] and [i for i, _ in greedy.branches] == [0, 1, 2, 3]
+    assert all(b != t for (_, b), t in zip(greedy.branches, greedy.tokens, strict=True))
 
 
 def test_branches_pay_where_extra_rows_are_cheap_and_not_where_they_are_dear():
@@ -152,18 +175,24 @@ def test_the_policy_offers_branches_only_when_asked_and_once_it_knows_the_draft_
 
 def test_the_policy_learns_how_often_branches_are_kept_and_the_chain_acceptance_without_them():
     policy = DraftPolicy(VerifyCost(), prior_weight=0.0001)
+    every = [0, 1, 2, 3]
     policy.observe(StepRecord(drafted=4, accepted=3, emitted=4, draft_s=0.04, verify_s=0.1, branches=4,
-                              branch_kept=True))
-    policy.observe(StepRecord(drafted=4, accepted=1, emitted=2, draft_s=0.04, verify_s=0.1, branches=4))
+                              branch_kept=True), branched=every)
+    policy.observe(StepRecord(drafted=4, accepted=1, emitted=2, draft_s=0.04, verify_s=0.1, branches=4),
+                   branched=every)
     assert policy.branch_hit == pytest.approx(0.9 / 1.9, rel=1e-3)  # kept, then missed (decayed)
     # The chain kept 2 of 4 then 1 of 4: the kept branch is not the chain's.
     assert policy.alpha == pytest.approx((0.9 * 2 + 1) / (0.9 * 2 + 1 + 0.9 + 1), rel=1e-3)
-    # A rejection past the branched positions says nothing about branches.
-    policy.observe(StepRecord(drafted=4, accepted=3, emitted=4, draft_s=0.04, verify_s=0.1, branches=2))
+    # A rejection where no branch stood says nothing about branches, one where a branch stood does.
+    policy.observe(StepRecord(drafted=4, accepted=3, emitted=4, draft_s=0.04, verify_s=0.1, branches=2),
+                   branched=[0, 2])
     assert policy.branch_hit == pytest.approx(0.9 / 1.9, rel=1e-3)
+    policy.observe(StepRecord(drafted=4, accepted=3, emitted=4, draft_s=0.04, verify_s=0.1, branches=1),
+                   branched=[3])
+    assert policy.branch_hit == pytest.approx(0.81 / 2.71, rel=1e-3)
 
 
 def test_a_truncated_draft_keeps_the_branches_of_the_tokens_it_keeps():
-    draft = Draft([1, 2, 3], source="model", branches=[4, 5])
-    assert draft.truncated(1).branches == [4]
+    draft = Draft([1, 2, 3], source="model", branches=[(0, 4), (2, 5)])
+    assert draft.truncated(2).branches == [(0, 4)]
     assert draft.truncated(3) is draft

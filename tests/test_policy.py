@@ -88,12 +88,23 @@ def test_verify_costs_are_measured_per_row_count_and_extrapolated_between():
 
 def test_a_pass_over_fewer_rows_is_never_thought_dearer_than_one_measured_over_more():
     cost = VerifyCost()
-    cost.observe(step(2, 0, verify_s=0.66))  # 3 rows, in a slow moment
-    cost.observe(step(4, 0, verify_s=0.5))
+    cost.measured = {3: 0.66, 5: 0.5}  # 3 rows measured in a slow moment
     assert cost(3) == pytest.approx(0.5) and cost(5) == pytest.approx(0.5)
     assert cost(2) == pytest.approx(0.5)  # on the line, capped by the 5-row measurement
     cost.observe(step(0, 0, verify_s=0.4))
     assert cost(2) == pytest.approx(0.4 + (0.5 - 0.4) / 4)
+
+
+def test_a_pass_slowed_by_something_else_moves_its_row_counts_cost_by_at_most_a_quarter():
+    cost = VerifyCost()
+    cost.observe(step(0, 0, verify_s=0.1))
+    cost.observe(step(4, 0, verify_s=0.14))
+    assert cost(6) == pytest.approx(0.15)
+    cost.observe(step(5, 0, verify_s=0.375))  # first seen, at two and a half times that
+    assert cost(6) == pytest.approx(0.15 * 1.25)
+    for _ in range(30):  # a row count that really is dearer gets there, a quarter at a time
+        cost.observe(step(5, 0, verify_s=0.375))
+    assert cost(6) == pytest.approx(0.375, rel=0.01)
 
 
 def test_a_draft_that_read_a_whole_prompt_does_not_inflate_the_draft_cost():
@@ -215,3 +226,36 @@ def test_a_model_draft_stops_after_a_token_it_doubts_and_teaches_the_policy_its_
     before = policy.by_confidence(0.15)
     drafter.observe(step(3, 2), "model")  # the target rejected the doubted token
     assert policy.by_confidence(0.15) < before
+
+
+def test_branches_go_where_the_draft_doubted_while_a_row_pays_for_itself():
+    policy = DraftPolicy(VerifyCost())
+    sure_then_doubted = [0.95, 0.97, 0.5, 0.3]
+    assert policy.place_branches(sure_then_doubted) == []  # nothing measured yet
+    policy.rate = 0.3
+    # Rows free up to 6, then 0.5 s each. Expected tokens from a branch: 0.025 / 0.024 at the sure
+    # positions, 0.20 where the chain first meets a doubted token, 0.16 after it.
+    policy.verify_cost.measured = {1: 1.0, 6: 1.0, 7: 1.5, 8: 2.0}
+    assert policy.place_branches(sure_then_doubted) == [2, 3]
+    policy.rate = 2.0  # at a faster step's rate the seventh row no longer pays
+    assert policy.place_branches(sure_then_doubted) == [2]
+    policy.verify_cost.measured = {1: 1.0, 8: 3.1}
+    assert policy.place_branches(sure_then_doubted) == []
+
+
+def test_a_model_draft_branches_where_it_doubted_and_learns_how_often_such_branches_are_kept():
+    prompt, sure = [0, 0, 0], [0.97, 0.95, 0.15, 0.97]
+    policy = DraftPolicy(VerifyCost())
+    taught(policy, step(4, 3, draft_s=0.04, verify_s=0.1))
+    drafter = ModelDrafter(ScriptedDraftModel(prompt, sure), 8, policy=policy, branching=True)  # type: ignore[arg-type]
+    draft = drafter.propose(prompt, 6, GREEDY)
+    assert draft.tokens == [1, 1, 1]
+    assert [i for i, _ in draft.branches] == [2] and draft.branches[0][1] != 1
+    assert drafter.propose(prompt, 6, Sampler(0.5, 1.0, torch.Generator().manual_seed(0))).branches == []
+    drafter.propose(prompt, 6, GREEDY)
+    before = policy.branch_hit_by_confidence(0.15)
+    kept_branch = StepRecord(drafted=3, accepted=3, emitted=4, draft_s=0.04, verify_s=0.1, branches=1,
+                             branch_kept=True)
+    drafter.observe(kept_branch, "model")
+    assert policy.branch_hit_by_confidence(0.15) > before
+    assert policy.branch_hit_by_confidence(0.95) == pytest.approx(0.5)  # the prior, where no branch stood

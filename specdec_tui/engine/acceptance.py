@@ -13,6 +13,7 @@ after temperature and top-p. ``tau`` = 1 is lossless; ``tau`` < 1 is lenient (se
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,21 +65,22 @@ def greedy_accepts(tokens: torch.Tensor, logits: torch.Tensor, best: torch.Tenso
 
 
 def greedy_verdict(drafts: torch.Tensor, logits: torch.Tensor, tau: float,
-                   branches: torch.Tensor | None = None) -> Verdict:
+                   branches: Sequence[tuple[int, int]] = ()) -> Verdict:
     """Verify ``drafts`` (k,) against target ``logits`` (k + 1 + b, vocab) at temperature 0.
 
-    ``branches`` (b,), b <= k, stand in for the first b drafts; their rows follow the draft's k + 1.
-    Where the target rejects draft i but accepts branch i, the branch is kept and the target's
-    token after it (from the branch's row) ends the block: every kept token still passed the rule
-    against the target's logits after exactly the tokens before it.
+    ``branches``: b ``(i, token)`` pairs, each a token standing in for draft i, their rows following
+    the draft's k + 1 in that order. Where the target rejects draft i but accepts its branch, the
+    branch is kept and the target's token after it (from the branch's row) ends the block: every
+    kept token still passed the rule against the target's logits after exactly the tokens before it.
     """
     best = logits.argmax(dim=-1)
     k = drafts.shape[0]
     accepted = leading_true(greedy_accepts(drafts, logits[:k], best[:k], tau))
-    if branches is not None and accepted < branches.shape[0]:
-        branch = branches[accepted : accepted + 1]
-        if bool(greedy_accepts(branch, logits[accepted : accepted + 1], best[accepted : accepted + 1], tau)[0]):
-            return Verdict(accepted + 1, int(best[k + 1 + accepted]), int(branch[0]))
+    for row, (position, token) in enumerate(branches, start=k + 1):
+        if position == accepted < k:
+            branch = torch.tensor([token])
+            if bool(greedy_accepts(branch, logits[accepted : accepted + 1], best[accepted : accepted + 1], tau)[0]):
+                return Verdict(accepted + 1, int(best[row]), token)
     return Verdict(accepted, int(best[accepted]))
 
 

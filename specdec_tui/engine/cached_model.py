@@ -13,6 +13,9 @@ from typing import Protocol
 
 import torch
 
+#: ``(j, token)``: a token verified in place of the j-th drafted token, in the same pass.
+Branch = tuple[int, int]
+
 
 class Runner(Protocol):
     """A model that appends tokens to its own KV cache and can forget the cache's tail."""
@@ -37,9 +40,9 @@ class BranchingRunner(Runner, Protocol):
 
     supports_branches: bool
 
-    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
-        """``Runner.forward``, then one more logits row per branch: ``branches[j]`` stands in for
-        ``ids[-n_logits + 1 + j]``, seeing only what comes before it; its keys are not kept."""
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[Branch] = ()) -> torch.Tensor:
+        """``Runner.forward``, then one more logits row per branch: a branch ``(j, token)`` stands in
+        for ``ids[-n_logits + 1 + j]``, seeing only what comes before it; its keys are not kept."""
         ...
 
 
@@ -57,7 +60,7 @@ class WrappedRunner:
     def supports_branches(self) -> bool:
         return supports_branches(self.runner)
 
-    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[Branch] = ()) -> torch.Tensor:
         return forward(self.runner, ids, n_logits, branches)
 
     def crop(self, length: int) -> None:
@@ -71,7 +74,7 @@ def supports_branches(runner: Runner) -> bool:
     return bool(getattr(runner, "supports_branches", False))
 
 
-def forward(runner: Runner, ids: list[int], n_logits: int, branches: Sequence[int]) -> torch.Tensor:
+def forward(runner: Runner, ids: list[int], n_logits: int, branches: Sequence[Branch]) -> torch.Tensor:
     """``runner``'s pass, with ``branches`` only where there are some (plain runners take none)."""
     if branches:
         return runner.forward(ids, n_logits, branches)  # type: ignore[call-arg]
@@ -114,7 +117,7 @@ class CachedModel:
             del self.ids[keep:]
         return list(ids[keep:])
 
-    def _forward(self, new: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+    def _forward(self, new: list[int], n_logits: int, branches: Sequence[Branch] = ()) -> torch.Tensor:
         try:
             logits = forward(self.runner, new, n_logits, branches)
         except BaseException:
@@ -132,7 +135,7 @@ class CachedModel:
         if new:
             self._forward(new, 1)
 
-    def logits_for(self, ids: Sequence[int], n: int, branches: Sequence[int] = ()) -> torch.Tensor:
+    def logits_for(self, ids: Sequence[int], n: int, branches: Sequence[Branch] = ()) -> torch.Tensor:
         """Next-token logits (n, vocab) after each of the last ``n`` positions of ``ids``, then a row
         after each branch (see ``BranchingRunner``); the cache keeps ``ids``, not the branches."""
         new = self._sync(ids, len(ids) - n)

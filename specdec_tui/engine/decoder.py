@@ -104,8 +104,7 @@ def origin(position: int, record: StepRecord) -> Origin:
 def verify_block(draft: Draft, logits: torch.Tensor, params: DecodeParams, sampler: Sampler) -> Verdict:
     drafts = torch.tensor(draft.tokens, dtype=torch.long)
     if sampler.greedy:
-        branches = torch.tensor(draft.branches, dtype=torch.long) if draft.branches else None
-        return greedy_verdict(drafts, logits, params.tau, branches)
+        return greedy_verdict(drafts, logits, params.tau, draft.branches)
     return sampled_verdict(drafts, draft.probs, sampler.probs(logits), params.tau, sampler.generator)
 
 

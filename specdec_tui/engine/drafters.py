@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from specdec_tui.engine.acceptance import sampling_probs
-from specdec_tui.engine.cached_model import CachedModel
+from specdec_tui.engine.cached_model import Branch, CachedModel
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import DraftPolicy
 
@@ -45,22 +45,22 @@ class Sampler:
 class Draft:
     """Proposed tokens, who proposed them, and when sampled the draft distribution q of each (k, vocab).
 
-    ``branches`` (greedy drafts only) are the draft's runner-up tokens at the first positions:
-    ``branches[i]`` is verified in the same target pass as a stand-in for ``tokens[i]``, and kept
+    ``branches`` (greedy drafts only) are ``(i, token)`` pairs, i ascending: the draft's runner-up
+    ``token`` at position i, verified in the same target pass as a stand-in for ``tokens[i]`` and kept
     when the target rejects ``tokens[i]`` but agrees with it.
     """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
     source: str = ""
-    branches: list[int] = field(default_factory=list)
+    branches: list[Branch] = field(default_factory=list)
 
     def truncated(self, most: int) -> Draft:
         """The first ``most`` tokens (a copy may run past the room the reply has left)."""
         if len(self.tokens) <= most:
             return self
         probs = self.probs[:most] if self.probs is not None else None
-        return Draft(self.tokens[:most], probs, self.source, self.branches[:most])
+        return Draft(self.tokens[:most], probs, self.source, [b for b in self.branches if b[0] < most])
 
 
 class Drafter(Protocol):
@@ -84,10 +84,11 @@ class ModelDrafter:
 
         Drafting stops after a token whose draft probability is below ``min_confidence``: the
         target is then unlikely to accept what would follow, and each draft step costs time.
-        ``policy``, if given, decides whether a step drafts at all and, where ``branching`` (the
-        target verifies branches), how many greedy positions also offer their runner-up token as a
-        branch; the draft then goes on, up to the step's ``k``, while the policy expects the next
-        token to pay for itself given how sure the draft was of the tokens so far.
+        ``policy``, if given, decides whether a step drafts at all; the draft then goes on, up to
+        the step's ``k``, while the policy expects the next token to pay for itself given how sure
+        the draft was of the tokens so far. Where ``branching`` (the target verifies branches), the
+        policy then picks the greedy positions that also offer their runner-up token as a branch:
+        those where the draft doubted.
         """
         self.model = model
         self.vocab_size = vocab_size
@@ -98,6 +99,8 @@ class ModelDrafter:
         self.caught_up = 0
         #: The draft's probability of each token of its latest draft.
         self.confidences: list[float] = []
+        #: The positions of its latest draft that offered a branch.
+        self.branched: list[int] = []
         self.embeddable = model.input_vocab
 
     def _embeddable(self, context: Sequence[int]) -> Sequence[int]:
@@ -116,18 +119,18 @@ class ModelDrafter:
     def observe(self, record: StepRecord, source: str) -> None:
         if self.policy is not None and source == self.name:
             # A draft that first had to read a prompt says nothing about what drafting costs.
-            self.policy.observe(record, cost_is_typical=self.caught_up <= 2, confidences=self.confidences)
+            self.policy.observe(record, cost_is_typical=self.caught_up <= 2, confidences=self.confidences,
+                                branched=self.branched)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
-        branches_wanted = 0
-        self.confidences = []
+        branches_planned = 0
+        self.confidences, self.branched = [], []
         if self.policy is not None:
-            drafts, branches_wanted = self.policy.plan(k, self.branching and sampler.greedy)
+            drafts, branches_planned = self.policy.plan(k, self.branching and sampler.greedy)
             k = k if drafts else 0
         if k == 0:
             return Draft([], source=self.name)
         tokens: list[int] = []
-        branches: list[int] = []
         rows: list[torch.Tensor] = []
         context = self._embeddable(context)
         logits = self._align(self.model.logits_for(context, 1)[0])
@@ -135,8 +138,7 @@ class ModelDrafter:
         while True:
             if sampler.greedy:
                 token = int(logits.argmax())
-                if len(branches) == len(tokens) < branches_wanted and (runner_up := second_best(logits, token)) >= 0:
-                    branches.append(runner_up)
+                rows.append(logits)
                 # A softmax over the whole vocabulary, so only where something reads it.
                 confidence = (float(torch.softmax(logits, -1)[token])
                               if self.policy is not None or self.min_confidence else 1.0)
@@ -149,10 +151,22 @@ class ModelDrafter:
             self.confidences.append(confidence)
             if len(tokens) >= k or confidence < self.min_confidence:
                 break
-            if self.policy is not None and not self.policy.keep_drafting(self.confidences, branches_wanted):
+            if self.policy is not None and not self.policy.keep_drafting(self.confidences, branches_planned):
                 break
             logits = self._align(self.model.logits_for([*context, *tokens], 1)[0])
-        return Draft(tokens, torch.stack(rows) if rows else None, self.name, branches)
+        if not sampler.greedy:
+            return Draft(tokens, torch.stack(rows), self.name)
+        return Draft(tokens, source=self.name, branches=self._branches(tokens, rows))
+
+    def _branches(self, tokens: list[int], logits: list[torch.Tensor]) -> list[Branch]:
+        """The runner-up token at each position the policy picks for a branch (``logits``: the draft's
+        at each position)."""
+        if self.policy is None or not self.branching:
+            return []
+        branches = [(i, runner_up) for i in self.policy.place_branches(self.confidences)
+                    if (runner_up := second_best(logits[i], tokens[i])) >= 0]
+        self.branched = [i for i, _ in branches]
+        return branches
 
 
 def second_best(logits: torch.Tensor, best: int) -> int:

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 import torch
 
-from specdec_tui.engine.cached_model import Runner, WrappedRunner, forward
+from specdec_tui.engine.cached_model import Branch, Runner, WrappedRunner, forward
 
 
 class Fault(StrEnum):
@@ -67,7 +67,7 @@ class FaultyRunner(WrappedRunner):
         #: How many of each fault were injected.
         self.injected: dict[Fault, int] = dict.fromkeys(Fault, 0)
 
-    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[Branch] = ()) -> torch.Tensor:
         logits = forward(self.runner, ids, n_logits, branches)
         fault = self.choose()
         if fault is None:

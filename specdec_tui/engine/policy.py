@@ -7,19 +7,23 @@ so a poor draft backs off to k = 0 (a plain target step) and a good one drafts d
 quantities are estimated online from the steps just taken; the verify costs are shared by
 all drafters (see ``VerifyCost``).
 
-Greedy drafts can also offer branches: the draft's runner-up token at each of the first b
-positions, verified as extra rows of the same pass. Where the chain stops at one of them, the
-branch is kept with probability h (learnt the same way), so b branches add
-h * sum_{i<b} alpha^i (1 - alpha) tokens for the cost of v(k+1+b) instead of v(k+1); the policy
-picks k and b together for the most tokens/s (a shorter draft with branches where drafts are
-often rejected, no branches where extra rows are dear).
+Greedy drafts can also offer branches: the draft's runner-up token at a drafted position,
+verified as an extra row of the same pass and kept where the chain stops there and the target
+agrees with it (on average with probability h, learnt the same way). Before drafting, the policy
+picks k and a branch count b together for the most tokens/s, reckoning b branches at the first
+positions to add h * sum_{i<b} alpha^i (1 - alpha) tokens for the cost of v(k+1+b) instead of
+v(k+1): a shorter draft with branches where drafts are often rejected, no branches where extra
+rows are dear.
 
 Within a step, a model draft also knows how sure it is of each token it drafts, and that says far
 more about whether the target will keep it than the average alpha does (on the bundled suite, 0.99
 of drafted tokens the draft gave at least 0.9 were kept, 0.1-0.4 of those it gave under 0.4). So
 the draft goes on token by token while the next one is expected to add tokens at least at the rate
 the policy expects of a step (``keep_drafting``), up to the step's K, with the acceptance at each
-confidence learnt online (``AcceptanceByConfidence``).
+confidence learnt online (``AcceptanceByConfidence``). Once the draft ends, its branches go where
+it doubted (``place_branches``): at each position where a branch's expected extra token, from the
+confidences of the tokens up to it and how often a branch at that confidence was kept, pays for
+its verify row at the policy's rate.
 """
 
 from __future__ import annotations
@@ -70,7 +74,14 @@ class VerifyCost:
         self.measured: dict[int, float] = {}
 
     def observe(self, record: StepRecord) -> None:
-        self.measured[record.rows] = _ema(self.measured.get(record.rows), record.verify_s)
+        """Average in one pass, first clipped to within a quarter of what the table expected of it:
+        a pass that another process or the OS slowed would otherwise set a row count's cost for as
+        long as that dearness keeps the policy away from it."""
+        seconds = record.verify_s
+        if self.measured:
+            expected = self(record.rows)
+            seconds = min(max(seconds, expected / 1.25), expected * 1.25)
+        self.measured[record.rows] = _ema(self.measured.get(record.rows), seconds)
 
     def __call__(self, rows: int) -> float:
         """Measured for ``rows``, else on a line through the measurements; never more than a pass
@@ -92,12 +103,14 @@ class VerifyCost:
 
 
 class AcceptanceByConfidence:
-    """How often the target keeps a drafted token, by the probability the draft gave it (in ``bins``
-    equal bins), from decayed counts that start at the prior "kept as often as the draft is sure"."""
+    """How often the target keeps a drafted token (or a branch), by the probability the draft gave
+    the drafted token (in ``bins`` equal bins), from decayed counts that start at ``prior``, or where
+    that is None at "kept as often as the draft is sure"."""
 
-    def __init__(self, bins: int = 10, decay: float = 0.98, prior_weight: float = 2.0) -> None:
+    def __init__(self, bins: int = 10, decay: float = 0.98, prior_weight: float = 2.0,
+                 prior: float | None = None) -> None:
         self.decay = decay
-        self.kept = [prior_weight * (i + 0.5) / bins for i in range(bins)]
+        self.kept = [prior_weight * ((i + 0.5) / bins if prior is None else prior) for i in range(bins)]
         self.judged = [prior_weight] * bins
 
     def _bin(self, confidence: float) -> int:
@@ -111,9 +124,12 @@ class AcceptanceByConfidence:
         """The first ``kept`` drafted tokens were kept and the next one, if any, rejected; the rest
         were never judged."""
         for position, confidence in enumerate(confidences[: kept + 1]):
-            i = self._bin(confidence)
-            self.kept[i] = self.decay * self.kept[i] + (position < kept)
-            self.judged[i] = self.decay * self.judged[i] + 1
+            self.record(confidence, position < kept)
+
+    def record(self, confidence: float, kept: bool) -> None:
+        i = self._bin(confidence)
+        self.kept[i] = self.decay * self.kept[i] + kept
+        self.judged[i] = self.decay * self.judged[i] + 1
 
 
 class DraftPolicy:
@@ -139,6 +155,9 @@ class DraftPolicy:
         #: Tokens per second the latest plan expects of a step.
         self.rate: float | None = None
         self.by_confidence = AcceptanceByConfidence()
+        #: How often a branch is kept where the target rejects the drafted token, by the draft's
+        #: confidence in that token (a doubted token's runner-up is often the target's choice).
+        self.branch_hit_by_confidence = AcceptanceByConfidence(prior=prior_hit)
         self.probe_every = probe_every
         self.idle_steps = 0
 
@@ -180,7 +199,8 @@ class DraftPolicy:
         chance that the whole chain so far and the next token are kept, per second the next one
         adds). A rate of this step's own would stop a step of sure tokens too soon.
 
-        ``branches`` is how many branches the step verifies (at most one per drafted token).
+        ``branches`` is how many branches the plan expects the step to verify (at most one per
+        drafted token; where they go is decided once the draft ends).
         """
         if self.draft_cost is None or self.rate is None:
             return True
@@ -192,12 +212,34 @@ class DraftPolicy:
         extra_seconds = self.draft_cost + max(self.verify_cost(rows + 1) - self.verify_cost(rows), 0.0)
         return chain * self.alpha >= self.rate * extra_seconds
 
+    def place_branches(self, confidences: Sequence[float]) -> list[int]:
+        """The drafted positions whose runner-up is worth a verify row, given the draft's
+        ``confidences``: a branch at i adds a token when the chain is kept up to i, draft i is
+        rejected and the branch kept; positions are taken by that expected gain while it is at least
+        the tokens the policy's rate expects of the extra row's seconds."""
+        if self.rate is None:
+            return []
+        gains, chain = [], 1.0
+        for position, confidence in enumerate(confidences):
+            kept = self.by_confidence(confidence)
+            gains.append((chain * (1.0 - kept) * self.branch_hit_by_confidence(confidence), position))
+            chain *= kept
+        chosen: list[int] = []
+        rows = len(confidences) + 1
+        for gain, position in sorted(gains, reverse=True):
+            if gain < self.rate * max(self.verify_cost(rows + 1) - self.verify_cost(rows), 0.0):
+                break
+            chosen.append(position)
+            rows += 1
+        return sorted(chosen)
+
     def observe(self, record: StepRecord, cost_is_typical: bool = True,
-                confidences: Sequence[float] = ()) -> None:
+                confidences: Sequence[float] = (), branched: Sequence[int] = ()) -> None:
         """Learn from a step that verified this policy's drafter's draft.
 
         ``cost_is_typical`` is False when the draft time includes reading a prompt; ``confidences``
-        are the draft's probabilities of the tokens it drafted, where it knows them.
+        are the draft's probabilities of the tokens it drafted, where it knows them; ``branched``
+        the drafted positions that had a branch.
         """
         if record.drafted == 0:
             return
@@ -206,8 +248,10 @@ class DraftPolicy:
             self.by_confidence.observe(confidences, chain_kept)
         self.kept = self.decay * self.kept + chain_kept
         self.rejected = self.decay * self.rejected + (chain_kept < record.drafted)
-        if chain_kept < min(record.drafted, record.branches):
+        if chain_kept < record.drafted and chain_kept in branched:
             self.branch_hits = self.decay * self.branch_hits + record.branch_kept
             self.branch_misses = self.decay * self.branch_misses + (not record.branch_kept)
+            if confidences:
+                self.branch_hit_by_confidence.record(confidences[chain_kept], record.branch_kept)
         if cost_is_typical:
             self.draft_cost = _ema(self.draft_cost, record.draft_s / record.drafted)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pybreaker
 import torch
 
-from specdec_tui.engine.cached_model import Runner, WrappedRunner, forward
+from specdec_tui.engine.cached_model import Branch, Runner, WrappedRunner, forward
 
 #: Passes feeding more tokens than this read a prompt; those are not held to the step timeout.
 TIMED_PASS_TOKENS = 64
@@ -106,7 +106,7 @@ class GuardedRunner(WrappedRunner):
         self.breaker = breaker
         self.step_timeout = step_timeout
 
-    def _checked_forward(self, ids: list[int], n_logits: int, branches: Sequence[int]) -> torch.Tensor:
+    def _checked_forward(self, ids: list[int], n_logits: int, branches: Sequence[Branch]) -> torch.Tensor:
         started = time.perf_counter()
         logits = forward(self.runner, ids, n_logits, branches)
         elapsed = time.perf_counter() - started
@@ -117,7 +117,7 @@ class GuardedRunner(WrappedRunner):
                                f"{self.step_timeout:g} s step timeout")
         return logits
 
-    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[Branch] = ()) -> torch.Tensor:
         try:
             return self.breaker.circuit.call(self._checked_forward, ids, n_logits, branches)
         except pybreaker.CircuitBreakerError as exc:

@@ -319,30 +319,35 @@ class FastLlama:
         return self.kernel_layers is not None
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], n_logits: int, branches: Sequence[int] = ()) -> torch.Tensor:
+    def forward(self, ids: list[int], n_logits: int, branches: Sequence[tuple[int, int]] = ()) -> torch.Tensor:
         """Append ``ids``; logits after each of the last ``n_logits``, then one row after each branch.
 
-        ``branches[j]`` stands in for ``ids[-n_logits + 1 + j]``: it takes that token's position and
-        sees only the tokens before it, so its row is what a single step after that prefix and the
-        branch would compute, bit for bit. Its key and value are written past the cache's end and not
-        kept.
+        A branch ``(j, token)`` stands in for the j-th scored draft token, ``ids[-n_logits + 1 + j]``:
+        it takes that token's position and sees only the tokens before it, so its row is what a single
+        step after that prefix and the branch would compute, bit for bit. Its key and value are written
+        past the cache's end and not kept.
         """
         rows, extra = len(ids), len(branches)
-        if branches and rows > n_logits:
-            # What comes before the scored block (a prompt the cache had not read) goes first, on its own.
+        if branches and rows > n_logits and rows + extra > MAX_ROWS:
+            # A long unread prefix before the scored block (a prompt) goes first, on its own.
             self.forward(ids[: rows - n_logits], 1)
             return self.forward(ids[rows - n_logits :], n_logits, branches)
         if self.length + rows + extra > self.capacity:
             self._grow(self.length + rows + extra)
-        x = self.embedding.rows(torch.tensor([*ids, *branches]))
+        stand_ins = [j for j, _ in branches]
+        x = self.embedding.rows(torch.tensor([*ids, *(token for _, token in branches)]))
         positions = torch.arange(self.length, self.length + rows)
         visible = None
         if branches:
-            if self.kernel_layers is None or rows + extra > MAX_ROWS or extra > n_logits - 1:
-                raise ValueError(f"cannot verify {extra} branches here (kernel layers, at most {MAX_ROWS} rows, "
-                                 "one branch per scored draft token)")
+            if (self.kernel_layers is None or rows + extra > MAX_ROWS or len(set(stand_ins)) < extra
+                    or not 0 <= min(stand_ins) <= max(stand_ins) < n_logits - 1):
+                raise ValueError(f"cannot verify branches {stand_ins} here (kernel layers, at most {MAX_ROWS} rows, "
+                                 "at most one branch per scored draft token)")
             # A branch takes the position of the token it stands in for, and sees the positions before it.
-            positions = visible = torch.cat([positions, positions[1 : 1 + extra]])
+            # (A token or two before the scored block, such as the previous step's kept branch and the
+            # target's token after it, share the pass: a pass of their own would stream the weights again.)
+            scored_from = rows - n_logits + 1
+            positions = visible = torch.cat([positions, positions[torch.tensor(stand_ins) + scored_from]])
         cos, sin = self._rotary(positions)
         if self.kernel_layers is not None and rows + extra <= MAX_ROWS:
             for keys, values, args in zip(self.keys, self.values, self.kernel_layers, strict=True):

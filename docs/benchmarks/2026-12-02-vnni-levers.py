@@ -16,7 +16,7 @@ that day's K = 4 and its up-front draft length.
 Run: .venv/bin/python docs/benchmarks/2026-12-02-vnni-levers.py
 Its output of that evening is 2026-12-02-vnni-levers.txt beside it.
 
-This script runs on the engine of the day they are run: since the morning of 2026-12-03 its
+This script runs on the engine of the day it is run: since the morning of 2026-12-03 its
 branches go where the draft doubts, a kept branch shares the next pass, and the verify-cost table
 clips each pass (2026-12-03-doubted-branches.py); so a run today measures its variants' rules on
 that engine, not the engine of the output beside it.

@@ -20,7 +20,7 @@ Every variant is compared with the first, paired per prompt; the output of that 
 (the next token had to add tokens at this step's own expected rate, not the policy's) ran as
 P4 / C4 / C6, there named C / D / E: 2026-12-03-vnni-confidence-1.txt.
 
-This script runs on the engine of the day they are run: since the morning of 2026-12-03 its
+This script runs on the engine of the day it is run: since the morning of 2026-12-03 its
 branches go where the draft doubts, a kept branch shares the next pass, and the verify-cost table
 clips each pass (2026-12-03-doubted-branches.py); so a run today measures its variants' rules on
 that engine, not the engine of the output beside it.

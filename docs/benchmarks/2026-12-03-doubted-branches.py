@@ -14,7 +14,8 @@ each variant has its own engine (its own policies and verify-cost table) over th
 - C: S, with each pass clipped to within a quarter of what the verify-cost table expected of it;
 - D: C, with branches where the draft doubted (today's placement), the plan still counting b
   branches at the first positions (today's default);
-- N: D, with the length planned without branches (tried; not kept).
+- N: D, with the length planned without branches (tried; not kept);
+- D8: D at K = 8 (tried once, `D D8`: -3.txt).
 
 Run: .venv/bin/python docs/benchmarks/2026-12-03-doubted-branches.py F0 S C D N
 Every variant is compared with the first, paired per prompt; the outputs of that morning are
@@ -86,7 +87,7 @@ for name, engine in engines.items():
 
 def run(ids: list[int], name: str) -> Reply:
     engine = engines[VARIANTS[0] if name == "target" else name]
-    params = runtime.params(max_new_tokens=128)
+    params = runtime.params(max_new_tokens=128, **({"k": 8} if name == "D8" else {}))
     drafter = None if name == "target" else engine.drafter("hybrid", params)
     engine.reset()
     branches = kept = 0

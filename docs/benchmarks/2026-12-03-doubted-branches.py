@@ -15,7 +15,7 @@ each variant has its own engine (its own policies and verify-cost table) over th
 - D: C, with branches where the draft doubted (today's placement), the plan still counting b
   branches at the first positions (today's default);
 - N: D, with the length planned without branches (tried; not kept);
-- D8: D at K = 8 (tried once, `D D8`: -3.txt).
+- D8: D at K = 8 (tried twice, `D D8`: -3.txt and -4.txt).
 
 Run: .venv/bin/python docs/benchmarks/2026-12-03-doubted-branches.py F0 S C D N
 Every variant is compared with the first, paired per prompt; the outputs of that morning are

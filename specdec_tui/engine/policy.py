@@ -90,6 +90,10 @@ class VerifyCost:
         estimate = self.measured[rows] if rows in self.measured else self._on_line(rows)
         return min([estimate, *(seconds for measured, seconds in self.measured.items() if measured > rows)])
 
+    def extra_row(self, rows: int) -> float:
+        """Seconds one more row adds to a pass over ``rows`` (never less than nothing)."""
+        return max(self(rows + 1) - self(rows), 0.0)
+
     def _on_line(self, rows: int) -> float:
         known = sorted(self.measured.items())
         if not known:
@@ -209,7 +213,7 @@ class DraftPolicy:
             chain *= self.by_confidence(confidence)
         drafted = len(confidences)
         rows = drafted + 1 + min(branches, drafted)
-        extra_seconds = self.draft_cost + max(self.verify_cost(rows + 1) - self.verify_cost(rows), 0.0)
+        extra_seconds = self.draft_cost + self.verify_cost.extra_row(rows)
         return chain * self.alpha >= self.rate * extra_seconds
 
     def place_branches(self, confidences: Sequence[float]) -> list[int]:
@@ -227,7 +231,7 @@ class DraftPolicy:
         chosen: list[int] = []
         rows = len(confidences) + 1
         for gain, position in sorted(gains, reverse=True):
-            if gain < self.rate * max(self.verify_cost(rows + 1) - self.verify_cost(rows), 0.0):
+            if gain < self.rate * self.verify_cost.extra_row(rows):
                 break
             chosen.append(position)
             rows += 1

@@ -65,8 +65,8 @@ class ModelSettings(BaseModel):
     precision: PrecisionName = Field("int8", description="target weights; every choice is lossless")
     draft_precision: PrecisionName = Field("int4", description="draft weights")
     draft_head_tokens: int | None = Field(
-        0, ge=0, description="draft output head keeps only the first N token ids (cheaper draft steps, "
-        "fewer accepted); 0 = all"
+        0, ge=0, description="draft output head computes only the ids below N and those of the conversation "
+        "(cheaper draft steps, fewer accepted); 0 = all"
     )
     device: str = Field("auto", description="auto, cpu or cuda")
     cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="presets' GGUF files and packed weights")

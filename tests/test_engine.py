@@ -24,7 +24,6 @@ from specdec_tui.engine.decoder import (
 from specdec_tui.engine.drafters import Draft, ModelDrafter, Sampler
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.session import Engine
-from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.models.loader import context_length, eos_token_ids
 from specdec_tui.models.precision import BATCH_INVARIANT
 
@@ -378,22 +377,6 @@ def test_the_drafter_reports_how_much_it_had_to_catch_up():
     assert drafter.caught_up == len(PROMPT)  # the first draft reads the whole prompt
     drafter.propose([*PROMPT, draft.tokens[0], 7], 3, sampler)
     assert drafter.caught_up == 1  # later ones only what the target added
-
-
-def test_a_trimmed_draft_head_only_proposes_kept_ids_and_stays_lossless():
-    target = tiny_model("qwen2")
-    draft = perturbed(target, 0.02, seed=1)
-    trimmed = FastLlama.from_model(draft, "fp32", exact=False, head_tokens=200, keep_tokens=(2, 250))
-    logits = trimmed.forward(PROMPT, 1)[0]
-    assert torch.isinf(logits[200:]).sum() == len(tiny_tokenizer()) - 201  # all past 200 but id 250
-    whole = FastLlama.from_model(draft, "fp32", exact=False).forward(PROMPT, 1)[0]
-    kept = [*range(200), 250]
-    assert torch.allclose(logits[kept], whole[kept], atol=1e-5)  # each kept id has its own logit
-    trimmed.reset()
-    engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=trimmed, eos_ids=frozenset(),
-                    max_context=256, vocab_size=target.config.vocab_size)
-    reference = run(engine, "target", fixed(max_new_tokens=40)).token_ids
-    assert run(engine, "model", fixed(k=4, max_new_tokens=40)).token_ids == reference
 
 
 def test_every_mode_teaches_one_verify_cost_table_that_all_drafters_read():

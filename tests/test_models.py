@@ -446,6 +446,22 @@ def test_a_packed_load_maps_the_stored_weights_builds_no_transformers_model_and_
     assert embedding.blocks.nbytes < 0.3 * embedding.rows_total * 4 * tiny_model("qwen2").config.hidden_size
 
 
+def test_a_draft_with_a_limited_head_maps_the_whole_heads_packed_entry(tmp_path: Path):
+    if not quantized_kernels.available():
+        pytest.skip("the package's kernels do not build here, so nothing packed is stored")
+    save_tiny_gguf(tmp_path / "tiny.gguf")
+    cache = ModelCache(tmp_path / "cache")
+    whole = load_model(str(tmp_path / "tiny.gguf"), precision="int4", device=CPU, cache=cache, role="draft")
+    stages: list[str] = []
+    limited = load_model(str(tmp_path / "tiny.gguf"), precision="int4", device=CPU, cache=cache, role="draft",
+                         head_tokens=200, progress=lambda event: stages.append(event.stage))
+    assert "convert" not in stages and len(cache.entries()) == 1  # nothing packed again for the limit
+    assert isinstance(limited.runner, FastLlama) and limited.runner.context_head is not None
+    logits, reference = block_logits(limited), block_logits(whole)
+    assert torch.equal(logits[:, :200], reference[:, :200])
+    assert torch.isinf(logits[:, 200:]).all()  # the context and the specials are all below 200 here
+
+
 def test_a_gguf_files_quantized_embedding_rows_are_bit_for_bit_the_table_transformers_loads(tmp_path: Path):
     save_tiny_gguf(tmp_path / "tiny.gguf", quantized_embedding=True)
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32)

@@ -76,7 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sweep.add_argument("--draft-precisions", type=list_of(str), default=None,
                        help=f"draft precisions, from {', '.join(get_args(PrecisionName))}")
     sweep.add_argument("--draft-heads", type=list_of(int), default=None,
-                       help="draft output heads: the first N token ids kept, 0 = the whole vocabulary")
+                       help="draft output heads: the ids below N and the context's computed, 0 = the whole vocabulary")
     parser.add_argument("--bench-temperature", dest="temperature", type=float, default=0.0)
     parser.add_argument("--bench-top-p", dest="top_p", type=float, default=1.0)
     parser.add_argument("--new-tokens", type=int, default=128, help="max new tokens per reply")

@@ -7,9 +7,8 @@ time. Row-at-a-time attention plus row-wise int8 linears make a verify block com
 what single steps compute (see ``precision`` and ``attention``). Where the package's kernels build,
 each norm, each SwiGLU and each attention of a short block is one call of them (``layers``).
 
-``head_tokens`` keeps only the first N rows of the output head plus the special tokens, a cheaper
-head for a draft (Qwen's BPE ids are in merge order, so low ids are the frequent ones); the other
-logits come back as -inf, so the draft simply never proposes them.
+``limit_head`` gives a draft a cheaper output head: the leading ids and those of its context
+(``draft_head``); the other logits come back as -inf, so the draft never proposes them.
 
 Per-op overhead is most of what a small draft's step costs beyond reading its weights, so it is
 kept out of a step: where every part of a layer is the package's kernels, a short block runs each
@@ -19,7 +18,7 @@ elsewhere the layers run as one TorchScript module where that works (see ``scrip
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ import torch
 from torch import nn
 
 from specdec_tui.models.attention import MAX_ROWS
+from specdec_tui.models.draft_head import ContextHead
 from specdec_tui.models.embedding import DenseEmbedding, Embedding, embedding_from_tensors
 from specdec_tui.models.layers import (
     Attention,
@@ -70,14 +70,6 @@ def _fused(*linears: nn.Linear) -> nn.Linear:
             lin.bias.detach().float() if lin.bias is not None else torch.zeros(lin.out_features) for lin in linears
         ])
     return fused
-
-
-def _head_rows(head: nn.Linear, rows: torch.Tensor) -> nn.Linear:
-    subset = nn.Linear(head.in_features, len(rows), bias=head.bias is not None)
-    subset.weight.data = head.weight.detach().float()[rows].contiguous()
-    if head.bias is not None:
-        subset.bias.data = head.bias.detach().float()[rows]
-    return subset
 
 
 class DecoderLayer(nn.Module):
@@ -175,8 +167,6 @@ class FastLlama:
         final_norm: torch.Tensor,
         layers: list[LayerWeights],
         head: nn.Module,
-        head_tokens: int | None = None,
-        extra_ids: torch.Tensor | None = None,
     ) -> None:
         self.shape = shape
         self.heads, self.kv_heads, self.head_dim = shape.heads, shape.kv_heads, shape.head_dim
@@ -184,10 +174,9 @@ class FastLlama:
         self.embedding = embedding
         self.input_vocab = embedding.rows_total
         self.final_norm = rms_norm(final_norm, self.eps)
-        #: The head's rows are ids 0 .. head_tokens - 1, then ``extra_ids``; None: the whole vocabulary.
-        self.head_tokens = head_tokens
-        self.extra_ids = torch.empty(0, dtype=torch.long) if extra_ids is None else extra_ids
         self.head = head
+        #: The head limited to the leading ids and the context's (``limit_head``); None: the whole head.
+        self.context_head: ContextHead | None = None
         self.layers = [
             DecoderLayer(layer.linears, (rms_norm(layer.norm_in, self.eps), rms_norm(layer.norm_post, self.eps)),
                          attention(self.heads, self.kv_heads, self.head_dim), swiglu(shape.intermediate))
@@ -220,20 +209,12 @@ class FastLlama:
         model: PreTrainedModel,
         precision: str,
         exact: bool = True,
-        head_tokens: int | None = None,
-        keep_tokens: tuple[int, ...] = (),
         on_packed: PackProgress = lambda done, total: None,
     ) -> FastLlama:
         """The forward of ``model``'s weights packed at ``precision`` (``exact``: for a target)."""
         shape = LlamaShape.of(model.config)
         decoder = model.model
         head = model.lm_head
-        extra_ids = None
-        if head_tokens and head_tokens < shape.vocab:
-            extra_ids = torch.tensor(sorted({t for t in keep_tokens if t >= head_tokens}), dtype=torch.long)
-            head = _head_rows(head, torch.cat([torch.arange(head_tokens), extra_ids]))
-        else:
-            head_tokens = None
         # Fused weights are made as each is packed, so only a few fp32 copies exist at a time.
         linears: list[nn.Linear | Callable[[], nn.Linear]] = []
         for layer in decoder.layers:
@@ -249,13 +230,13 @@ class FastLlama:
         ]
         embedding = DenseEmbedding(decoder.embed_tokens.weight.detach().float().clone())
         final_norm = decoder.norm.weight.detach().float().clone()
-        return cls(shape, embedding, final_norm, layers, packed[-1], head_tokens, extra_ids)
+        return cls(shape, embedding, final_norm, layers, packed[-1])
 
     def packed_state(self) -> tuple[dict[str, torch.Tensor], dict] | None:
         """Every tensor of this forward, and what ``from_packed`` needs to put them back together;
         None when a linear is of a kind that cannot be stored."""
         tensors, embedding = self.embedding.tensors()
-        tensors.update({"final_norm": self.final_norm.weight, "extra_ids": self.extra_ids})
+        tensors["final_norm"] = self.final_norm.weight
         linears: dict[str, dict] = {}
         named = [(f"layers.{i}.{name}", getattr(layer, name))
                  for i, layer in enumerate(self.layers) for name in LAYER_LINEARS]
@@ -270,7 +251,7 @@ class FastLlama:
             tensors[f"layers.{i}.norm_in"] = layer.norm_in.weight
             tensors[f"layers.{i}.norm_post"] = layer.norm_post.weight
         meta = {"format": PACKED_FORMAT, "shape": asdict(self.shape), "layers": len(self.layers),
-                "head_tokens": self.head_tokens, "linears": linears, "embedding": embedding}
+                "linears": linears, "embedding": embedding}
         return {name: tensor.contiguous() for name, tensor in tensors.items()}, meta
 
     @classmethod
@@ -290,7 +271,7 @@ class FastLlama:
             for i in range(meta["layers"])
         ]
         return cls(LlamaShape(**meta["shape"]), embedding_from_tensors(tensors, meta["embedding"]),
-                   tensors["final_norm"], layers, linear("head"), meta["head_tokens"], tensors["extra_ids"])
+                   tensors["final_norm"], layers, linear("head"))
 
     def _grow(self, needed: int) -> None:
         capacity = max(needed, 2 * self.capacity)
@@ -304,6 +285,8 @@ class FastLlama:
 
     def reset(self) -> None:
         self.length = 0
+        if self.context_head is not None:
+            self.context_head.forget()
 
     def crop(self, length: int) -> None:
         self.length = min(self.length, length)
@@ -312,6 +295,11 @@ class FastLlama:
         """cos and signed sin for the new rows' positions: rotate(x) = x cos + roll(x, half) sin."""
         angles = torch.outer(positions.float(), self.inv_freq)[:, None, :]
         return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-angles.sin(), angles.sin()], dim=-1)
+
+    def limit_head(self, leading: int, always: Iterable[int] = ()) -> None:
+        """Compute only the logits of ids below ``leading``, of ``always`` and of every id fed since the
+        last reset: for a draft, whose steps then read a fraction of the head."""
+        self.context_head = ContextHead(self.head, self.vocab, leading, always) if 0 < leading < self.vocab else None
 
     @property
     def supports_branches(self) -> bool:
@@ -328,6 +316,8 @@ class FastLlama:
         past the cache's end and not kept.
         """
         rows, extra = len(ids), len(branches)
+        if self.context_head is not None:
+            self.context_head.see([*ids, *(token for _, token in branches)])
         if branches and rows > n_logits and rows + extra > MAX_ROWS:
             # A long unread prefix before the scored block (a prompt) goes first, on its own.
             self.forward(ids[: rows - n_logits], 1)
@@ -355,12 +345,5 @@ class FastLlama:
         else:
             x = self.stack(x, cos, sin, self.keys, self.values, self.length)
         self.length += rows
-        n_rows = n_logits + extra
-        logits = self.head(self.final_norm(x[rows - n_logits :]))
-        if self.head_tokens is None:
-            return logits
-        # A slice copy for the leading ids: scattering all of them through an index costs 73 us, this 21.
-        full = logits.new_full((n_rows, self.vocab), float("-inf"))
-        full[:, : self.head_tokens] = logits[:, : self.head_tokens]
-        full[:, self.extra_ids] = logits[:, self.head_tokens :]
-        return full
+        head = self.head if self.context_head is None else self.context_head
+        return head(self.final_norm(x[rows - n_logits :]))

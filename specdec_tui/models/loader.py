@@ -134,15 +134,14 @@ def drop_preset_gguf(cache: ModelCache, name: str, progress: ProgressFn) -> None
                               "removed the GGUF it was packed from (fetched again if ever needed)"))
 
 
-def packed_key(ref: ModelRef, precision: str, role: str, head_tokens: int | None, device: torch.device) -> str | None:
+def packed_key(ref: ModelRef, precision: str, role: str, device: torch.device) -> str | None:
     """The cache entry holding ``ref`` packed for ``role`` at ``precision``, or None where none is
     kept: a folder's or hub model's files can change behind the cache, and only the CPU forward packs."""
     if ref.kind not in ("preset", "gguf") or device.type != "cpu" or precision not in STORED_PRECISIONS:
         return None
     if precision in ("int8", "int4") and not quantized_kernels.available():
         return None
-    trimmed = f"-head{head_tokens}" if head_tokens else ""
-    return f"{ref.cache_key}.{role}-{precision}{trimmed}"
+    return f"{ref.cache_key}.{role}-{precision}"
 
 
 def eos_token_ids(generation: GenerationConfig, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
@@ -183,8 +182,6 @@ def make_runner(
     precision: str,
     device: torch.device,
     exact: bool = True,
-    head_tokens: int | None = None,
-    keep_tokens: tuple[int, ...] = (),
     on_packed: PackProgress = lambda done, total: None,
 ) -> Runner:
     """The fastest runner for ``model``: the lean Llama-family forward on CPU, else transformers'.
@@ -194,7 +191,7 @@ def make_runner(
     model.eval()
     model.requires_grad_(False)
     if device.type == "cpu" and supports_fast_llama(model):
-        return FastLlama.from_model(model, precision, exact, head_tokens, keep_tokens, on_packed)
+        return FastLlama.from_model(model, precision, exact, on_packed)
     return HFRunner(prepare_model(model, precision, device, exact, on_packed))
 
 
@@ -292,7 +289,7 @@ def load_model(
     if precision not in PRECISIONS:
         raise ModelError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     ref = parse_ref(reference)
-    key = packed_key(ref, precision, role, head_tokens, device)
+    key = packed_key(ref, precision, role, device)
     if key is not None and cache.check(key) is None:
         progress(Progress(reference, "load", 0, None, f"mapping the packed {precision} weights"))
         try:
@@ -302,7 +299,7 @@ def load_model(
             progress(Progress(reference, "rebuild", 0, None, f"{exc}; packing it again"))
         else:
             return _loaded(reference, None, runner, tokenizer, config, generation, precision, device, role,
-                           source_path(ref, cache), cache)
+                           source_path(ref, cache), cache, head_tokens)
     source = local_source(ref, cache, progress)
     progress(Progress(reference, "load", 0, None, f"reading {ref.kind} {ref.value}"))
     if ref.kind == "hub":
@@ -320,9 +317,7 @@ def load_model(
     def on_packed(done: int, total: int) -> None:
         progress(Progress(reference, "prepare", done, total, f"packing {precision} weights"))
 
-    eos_ids = eos_token_ids(model.generation_config, tokenizer)
-    specials = tuple(tokenizer.all_special_ids) + tuple(eos_ids)
-    runner = make_runner(model, precision, device, role == "target", head_tokens, specials, on_packed)
+    runner = make_runner(model, precision, device, role == "target", on_packed)
     if isinstance(runner, FastLlama) and Path(source).suffix.lower() == ".gguf":
         assert isinstance(runner.embedding, DenseEmbedding)
         runner.embedding = gguf_embedding(Path(source), runner.embedding.weight) or runner.embedding
@@ -330,7 +325,7 @@ def load_model(
         progress(Progress(reference, "prepare", 0, None, "storing the packed weights for the next start"))
         try:
             store_packed(cache, key, runner, tokenizer, model,
-                         {"packed_from": reference, "role": role, "precision": precision, "head_tokens": head_tokens})
+                         {"packed_from": reference, "role": role, "precision": precision})
         except ModelError as exc:  # the model is loaded; only the next start is slower
             progress(Progress(reference, "prepare", 0, None, f"the packed weights were not stored: {exc}"))
         else:
@@ -339,7 +334,7 @@ def load_model(
     # The lean forward holds packed copies; keeping the fp32 original too would double the memory.
     kept = model if isinstance(runner, HFRunner) else None
     loaded = _loaded(reference, kept, runner, tokenizer, model.config, model.generation_config, precision, device,
-                     role, source, cache)
+                     role, source, cache, head_tokens)
     del model
     release_freed_memory()
     return loaded
@@ -347,7 +342,10 @@ def load_model(
 
 def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer: PreTrainedTokenizerBase,
             config: PretrainedConfig, generation: GenerationConfig, precision: str, device: torch.device,
-            role: str, source: str, cache: ModelCache) -> LoadedModel:
+            role: str, source: str, cache: ModelCache, head_tokens: int | None = None) -> LoadedModel:
+    eos_ids = eos_token_ids(generation, tokenizer)
+    if head_tokens and isinstance(runner, FastLlama):
+        runner.limit_head(head_tokens, always=(*tokenizer.all_special_ids, *eos_ids))
     return LoadedModel(
         name=name,
         model=model,
@@ -356,7 +354,7 @@ def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer:
         precision=precision,
         device=device,
         max_context=context_length(config),
-        eos_ids=eos_token_ids(generation, tokenizer),
+        eos_ids=eos_ids,
         vocab_size=int(config.get_text_config().vocab_size),
         role=role,
         source=source,

@@ -316,16 +316,17 @@ class FastLlama:
         past the cache's end and not kept.
         """
         rows, extra = len(ids), len(branches)
-        if self.context_head is not None:
-            self.context_head.see([*ids, *(token for _, token in branches)])
         if branches and rows > n_logits and rows + extra > MAX_ROWS:
             # A long unread prefix before the scored block (a prompt) goes first, on its own.
             self.forward(ids[: rows - n_logits], 1)
             return self.forward(ids[rows - n_logits :], n_logits, branches)
+        fed = [*ids, *(token for _, token in branches)]
+        if self.context_head is not None:
+            self.context_head.see(fed)
         if self.length + rows + extra > self.capacity:
             self._grow(self.length + rows + extra)
         stand_ins = [j for j, _ in branches]
-        x = self.embedding.rows(torch.tensor([*ids, *(token for _, token in branches)]))
+        x = self.embedding.rows(torch.tensor(fed))
         positions = torch.arange(self.length, self.length + rows)
         visible = None
         if branches:

@@ -11,9 +11,9 @@ each norm, each SwiGLU and each attention of a short block is one call of them (
 (``draft_head``); the other logits come back as -inf, so the draft never proposes them.
 
 Per-op overhead is most of what a small draft's step costs beyond reading its weights, so it is
-kept out of a step: where every part of a layer is the package's kernels, a short block runs each
-layer as one kernel call (``decoder_layer``, the same functions in the same order as the modules);
-elsewhere the layers run as one TorchScript module where that works (see ``scripting``).
+kept out of a step: where every part of a layer is the package's kernels, a short block runs all
+the layers in one kernel call (``decoder_layers``, the same functions in the same order as the
+modules); elsewhere the layers run as one TorchScript module where that works (see ``scripting``).
 """
 
 from __future__ import annotations
@@ -106,30 +106,32 @@ class LayerStack(nn.Module):
 LAYER_LINEARS = ("qkv", "out_proj", "gate_up", "down")
 #: Bumped when what a packed file holds, or how it is laid out, changes.
 PACKED_FORMAT = 1
-#: The ``kinds`` code of each linear ``decoder_layer`` runs, by its kind in a packed file.
+#: The ``kinds`` code of each linear ``decoder_layers`` runs, by its kind in a packed file.
 KERNEL_LINEAR_KINDS = {"int8": 8, "int4": 4}
-#: ``decoder_layer``'s bias for a linear without one.
+#: ``decoder_layers``' bias for a linear without one.
 NO_BIAS = torch.empty(0)
 
 
-def kernel_layer_args(layer: DecoderLayer) -> tuple | None:
-    """What ``torch.ops.specdec.decoder_layer`` takes after the cache length to run ``layer`` in one
-    call, or None where a part of the layer is not the package's kernels."""
-    parts = (layer.norm_in, layer.norm_post, layer.attention, layer.activation)
+def kernel_layer_args(layers: Sequence[DecoderLayer]) -> tuple | None:
+    """What ``torch.ops.specdec.decoder_layers`` takes after the caches' length to run ``layers`` in one
+    call, or None where a part of a layer is not the package's kernels."""
+    parts = [(layer.norm_in, layer.norm_post, layer.attention, layer.activation) for layer in layers]
     kernels = (KernelRmsNorm, KernelRmsNorm, KernelAttention, KernelSwiGlu)
-    if not all(isinstance(part, kind) for part, kind in zip(parts, kernels, strict=True)):
+    if not layers or not all(isinstance(part, kind) for each in parts for part, kind in zip(each, kernels, strict=True)):
         return None
     # Each linear's kind and tensors as a packed file stores them: packed, scales, then column sums
     # (int8) or minimums (int4), and the bias if it has one.
-    stored = [linear_tensors(getattr(layer, name)) for name in LAYER_LINEARS]
+    stored = [linear_tensors(getattr(layer, name)) for layer in layers for name in LAYER_LINEARS]
     if any(linear is None or linear[0] not in KERNEL_LINEAR_KINDS for linear in stored):
         return None
     kinds, tensors = zip(*stored, strict=True)
     weights = [tensor for parts in tensors for name, tensor in parts.items() if name != "bias"]
     biases = [parts.get("bias", NO_BIAS) for parts in tensors]
-    return (layer.attention.heads, layer.attention.scale, layer.norm_in.eps, layer.norm_in.weight,
-            layer.norm_post.weight, [KERNEL_LINEAR_KINDS[kind] for kind in kinds], weights, biases,
-            [getattr(layer, name).out_features for name in LAYER_LINEARS])
+    norms = [weight for layer in layers for weight in (layer.norm_in.weight, layer.norm_post.weight)]
+    first = layers[0]
+    return (first.attention.heads, first.attention.scale, first.norm_in.eps, norms,
+            [KERNEL_LINEAR_KINDS[kind] for kind in kinds], weights, biases,
+            [getattr(first, name).out_features for name in LAYER_LINEARS])
 
 
 @dataclass(frozen=True)
@@ -182,11 +184,11 @@ class FastLlama:
                          attention(self.heads, self.kv_heads, self.head_dim), swiglu(shape.intermediate))
             for layer in layers
         ]
-        # Where every layer is the package's kernels, a block of up to MAX_ROWS rows runs each layer
-        # in one kernel call: no TorchScript to compile at every start. Longer blocks (prompts) run
-        # the layers' modules, whose Python costs little next to that much arithmetic.
-        kernel_args = [kernel_layer_args(layer) for layer in self.layers]
-        self.kernel_layers = kernel_args if all(args is not None for args in kernel_args) else None
+        # Where every layer is the package's kernels, a block of up to MAX_ROWS rows runs the layers in
+        # one kernel call: no TorchScript to compile at every start, and none of the 20-60 us a layer
+        # that a call per layer spent getting there. Longer blocks (prompts) run the layers' modules,
+        # whose Python costs little next to that much arithmetic.
+        self.kernel_layers = kernel_layer_args(self.layers)
         self.stack = LayerStack(self.layers) if self.kernel_layers is not None else scripted(LayerStack(self.layers))
 
         theta = shape.rope_theta
@@ -341,8 +343,8 @@ class FastLlama:
             positions = visible = torch.cat([positions, positions[torch.tensor(stand_ins) + scored_from]])
         cos, sin = self._rotary(positions)
         if self.kernel_layers is not None and rows + extra <= MAX_ROWS:
-            for keys, values, args in zip(self.keys, self.values, self.kernel_layers, strict=True):
-                x = torch.ops.specdec.decoder_layer(x, cos, sin, keys, values, self.length, *args, visible)
+            x = torch.ops.specdec.decoder_layers(x, cos, sin, self.keys, self.values, self.length, *self.kernel_layers,
+                                                 visible)
         else:
             x = self.stack(x, cos, sin, self.keys, self.values, self.length)
         self.length += rows

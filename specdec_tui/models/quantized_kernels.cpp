@@ -710,6 +710,25 @@ at::Tensor decoder_layer(const at::Tensor& x, const at::Tensor& cos, const at::T
   return h + linear(3, silu_mul(linear(2, rms_norm(h, norm_post, eps))));
 }
 
+// Every layer of a short block in one call, layer after layer as decoder_layer runs each: per layer
+// two norm weights (norms[2i], norms[2i + 1]), four kinds, twelve weight tensors and four biases, the
+// out_features shared by all. A call per layer cost 20-60 us each in the interpreter and in
+// converting its arguments (0.5 ms of a 0.5B draft's 8 ms step, 1.6 ms of a 1.5B target's 43 ms).
+at::Tensor decoder_layers(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys,
+                          at::TensorList values, int64_t length, int64_t heads, double scale, double eps,
+                          at::TensorList norms, at::IntArrayRef kinds, at::TensorList weights, at::TensorList biases,
+                          at::IntArrayRef out_features, const std::optional<at::Tensor>& visible) {
+  const size_t layers = keys.size();
+  TORCH_CHECK(values.size() == layers && norms.size() == 2 * layers && kinds.size() == 4 * layers &&
+                  weights.size() == 12 * layers && biases.size() == 4 * layers,
+              "decoder_layers: per layer a key and a value cache, two norms, four kinds, twelve weights, four biases");
+  at::Tensor h = x;
+  for (size_t i = 0; i < layers; ++i)
+    h = decoder_layer(h, cos, sin, keys[i], values[i], length, heads, scale, eps, norms[2 * i], norms[2 * i + 1],
+                      kinds.slice(4 * i, 4), weights.slice(12 * i, 12), biases.slice(4 * i, 4), out_features, visible);
+  return h;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(specdec, m) {
@@ -726,8 +745,8 @@ TORCH_LIBRARY(specdec, m) {
   m.def("instruction_sets() -> str[]", &instruction_sets);
   m.def("instruction_set() -> str", &instruction_set);
   m.def("use_instruction_set(str name) -> ()", &use_instruction_set);
-  m.def("decoder_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int length, int heads, "
-        "float scale, float eps, Tensor norm_in, Tensor norm_post, int[] kinds, Tensor[] weights, Tensor[] biases, "
+  m.def("decoder_layers(Tensor x, Tensor cos, Tensor sin, Tensor(a!)[] keys, Tensor(b!)[] values, int length, "
+        "int heads, float scale, float eps, Tensor[] norms, int[] kinds, Tensor[] weights, Tensor[] biases, "
         "int[] out_features, Tensor? visible=None) -> Tensor",
-        &decoder_layer);
+        &decoder_layers);
 }

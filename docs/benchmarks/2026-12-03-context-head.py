@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import sys
 
-from paired_levers import Reply, interleaved, print_paired
+from paired_levers import Reply, decoded, interleaved, print_paired
 
 from specdec_tui.config import Settings
-from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.runtime import build_engine, load_runtime
 
 HEADS = {"W": 0, "H32": 32768, "H64": 65536, "H96": 98304, "H32n": 32768}
@@ -41,12 +40,9 @@ def run(ids: list[int], name: str) -> Reply:
         draft.runner.context_head.see = lambda ids: None
     params = runtime.params(max_new_tokens=128)
     drafter = None if name == "target" else engine.drafter("hybrid", params)
-    engine.reset()
-    for event in engine.decoder.generate(ids, params, drafter):
-        if isinstance(event, FinishedEvent):
-            head = draft.runner.context_head
-            return event.token_ids, event.summary, f"head ids past the leading {len(head.kept_ids()) if head else 0}"
-    raise RuntimeError("a reply ended without its summary")
+    event = decoded(engine, ids, params, drafter)
+    head = draft.runner.context_head
+    return event.token_ids, event.summary, f"head ids past the leading {len(head.kept_ids()) if head else 0}"
 
 
 print_paired(interleaved(runtime, VARIANTS, run), [(name, VARIANTS[0]) for name in VARIANTS[1:]])

@@ -17,11 +17,10 @@ import sys
 import time
 
 import torch
-from paired_levers import Reply, interleaved, print_paired
+from paired_levers import Reply, decoded, interleaved, print_paired
 from torch import nn
 
 from specdec_tui.config import Settings
-from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.models import quantized_kernels
 from specdec_tui.models.draft_head import head_columns
 from specdec_tui.models.fast_llama import FastLlama
@@ -94,11 +93,8 @@ def run(ids: list[int], name: str) -> Reply:
     projected.active = name == "P"
     params = runtime.params(max_new_tokens=128)
     drafter = None if name == "target" else engine.drafter("hybrid", params)
-    engine.reset()
-    for event in engine.decoder.generate(ids, params, drafter):
-        if isinstance(event, FinishedEvent):
-            return event.token_ids, event.summary, f"fitted {projected.estimate is not None}"
-    raise RuntimeError("a reply ended without its summary")
+    event = decoded(engine, ids, params, drafter)
+    return event.token_ids, event.summary, f"fitted {projected.estimate is not None}"
 
 
 print_paired(interleaved(runtime, VARIANTS, run), [(name, VARIANTS[0]) for name in VARIANTS[1:]])

@@ -24,11 +24,10 @@ from __future__ import annotations
 import sys
 
 import torch
-from paired_levers import Reply, interleaved, print_paired
+from paired_levers import Reply, decoded, interleaved, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.engine import acceptance, drafters
-from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.runtime import build_engine, load_runtime
 
@@ -106,11 +105,8 @@ def run(ids: list[int], name: str) -> Reply:
     set_up("A" if name == "target" else name)
     params = runtime.params(max_new_tokens=128)
     drafter = None if name == "target" else engine.drafter("hybrid", params)
-    engine.reset()
-    for event in engine.decoder.generate(ids, params, drafter):
-        if isinstance(event, FinishedEvent):
-            return event.token_ids, event.summary, ""
-    raise RuntimeError("a reply ended without its summary")
+    event = decoded(engine, ids, params, drafter)
+    return event.token_ids, event.summary, ""
 
 
 print_paired(interleaved(runtime, VARIANTS, run), [(name, VARIANTS[0]) for name in VARIANTS[1:]])

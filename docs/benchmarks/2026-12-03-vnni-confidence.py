@@ -31,10 +31,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from paired_levers import PlannedLength, Reply, interleaved, print_paired
+from paired_levers import PlannedLength, Reply, decoded, interleaved, print_paired
 
 from specdec_tui.config import Settings
-from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import DraftPolicy
 from specdec_tui.runtime import build_engine, load_runtime
@@ -79,11 +78,8 @@ def run(ids: list[int], name: str) -> Reply:
             model_observe(record, source)
 
         drafter.model.observe = observe
-    engine.reset()
-    for event in engine.decoder.generate(ids, params, drafter):
-        if isinstance(event, FinishedEvent):
-            return event.token_ids, event.summary, f"drafted {event.summary.drafted}"
-    raise RuntimeError("a reply ended without its summary")
+    event = decoded(engine, ids, params, drafter)
+    return event.token_ids, event.summary, f"drafted {event.summary.drafted}"
 
 
 print_paired(interleaved(runtime, VARIANTS, run), [(name, VARIANTS[0]) for name in VARIANTS[1:]])

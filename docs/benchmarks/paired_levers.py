@@ -12,8 +12,11 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from specdec_tui.bench.suite import default_suite_path, load_suite
+from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
+from specdec_tui.engine.drafters import Drafter
 from specdec_tui.engine.metrics import RunSummary
 from specdec_tui.engine.policy import DraftPolicy
+from specdec_tui.engine.session import Engine
 from specdec_tui.runtime import Runtime
 
 #: One reply of a variant ("target" for target-only) to the prompt ids: its token ids, its summary,
@@ -32,6 +35,15 @@ class PlannedLength(DraftPolicy):
 
     def keep_drafting(self, confidences: Sequence[float], branches: int) -> bool:
         return len(confidences) < self.length
+
+
+def decoded(engine: Engine, ids: list[int], params: DecodeParams, drafter: Drafter | None) -> FinishedEvent:
+    """One reply from fresh caches (target-only where ``drafter`` is None), to its summary."""
+    engine.reset()
+    for event in engine.decoder.generate(ids, params, drafter):
+        if isinstance(event, FinishedEvent):
+            return event
+    raise RuntimeError("a reply ended without its summary")
 
 
 def interleaved(runtime: Runtime, variants: Sequence[str], run: Callable[[list[int], str], Reply]) -> Ratios:

@@ -132,7 +132,7 @@ def test_int8_layers_use_the_kernel_for_targets_and_drafts_and_int4_its_4_bit_ke
 
 
 #: Each instruction set of the products and the /proc/cpuinfo flags it needs.
-INSTRUCTION_SETS = {"avx512_vnni": {"avx512f", "avx512vl", "avx512_vnni"}, "avx_vnni": {"avx_vnni"},
+INSTRUCTION_SETS = {"avx512_vnni": {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}, "avx_vnni": {"avx_vnni"},
                     "avx2": {"avx2", "fma"}}
 
 
@@ -170,13 +170,18 @@ def test_every_instruction_set_gives_the_avx2_numbers_bit_for_bit_and_blocks_equ
     torch.manual_seed(7)
     for kind, layer in (("int8", PackedInt8Linear(linear(45, 130, True, 8))),
                         ("int4", PackedInt4Linear(linear(21, 200, True, 9)))):
-        x = torch.randn(20, layer.in_features) * 3  # 20 rows: more than any set's pass (12 at most)
+        # 60 rows: more than any set's pass (24 at most), so calls of many rows take AVX-512's wide passes
+        # (int4: two blocks at a time, the third on its own).
+        x = torch.randn(60, layer.in_features) * 3
         with quantized_kernels.using_instruction_set("avx2"):
             expected = layer(x)
         with quantized_kernels.using_instruction_set(name):
             assert quantized_kernels.instruction_set() == name
-            blocks = [layer(x[:rows]) for rows in range(1, 21)]
-            single = torch.cat([layer(x[i : i + 1]) for i in range(20)])
+            blocks = [layer(x[:rows]) for rows in range(1, 61)]
+            single = torch.cat([layer(x[i : i + 1]) for i in range(60)])
+            with quantized_kernels.using_wide_passes(False):
+                narrow = layer(x)
+        assert torch.equal(narrow, expected), kind
         for rows, block in enumerate(blocks, start=1):
             assert torch.equal(block, expected[:rows]), (kind, rows)
         assert torch.equal(single, expected), kind

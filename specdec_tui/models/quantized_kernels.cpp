@@ -41,10 +41,12 @@ constexpr int64_t kPrefetchBytes = 2048;     // how far ahead the weights are fe
 constexpr int64_t kFarPrefetchBytes = 16384; // and into L2
 constexpr int64_t kInt4Columns = 8;    // output columns per int4 block: one 8-lane vector
 constexpr int64_t kInt4Group = 64;     // inputs sharing one int4 scale and minimum
-constexpr int kMostRows = 12;          // the most rows per pass any instruction set takes
+constexpr int kMostRows = 24;          // the most rows per pass any instruction set takes
 
 // One instruction set's products: int8 multiplies up to int8_rows rows with one block of weights
-// (sums [rows, 16]), int4 up to int4_rows rows (out [rows, 8], before the rows' scales).
+// (sums [rows, 16]), int4 up to int4_rows rows (out [rows, 8], before the rows' scales). A set with
+// wide passes (wide_int8 not null) takes calls of more rows than those with them: up to
+// wide_int8_rows rows a pass, and two int4 blocks at a time, up to wide_int4_rows rows (out [rows, 16]).
 struct Products {
   const char* name;
   bool (*runs_here)();
@@ -53,6 +55,13 @@ struct Products {
   int int4_rows;
   void (*int4)(int rows, const uint8_t* weights, const uint16_t* scales, const uint16_t* minimums,
                const int8_t* const* q, const float* const* sums, int64_t groups, float* out);
+  int wide_int8_rows;
+  void (*wide_int8)(int rows, const int8_t* first, const int8_t* second, const uint8_t* const* q, int64_t groups,
+                    int32_t* sums);
+  int wide_int4_rows;
+  void (*wide_int4)(int rows, const uint8_t* first, const uint8_t* second, const uint16_t* first_scales,
+                    const uint16_t* second_scales, const uint16_t* first_minimums, const uint16_t* second_minimums,
+                    const int8_t* const* q, const float* const* sums, int64_t groups, float* out);
 };
 
 }  // namespace
@@ -77,13 +86,17 @@ namespace {
 }
 
 // EVEX-encoded vpdpbusd reaches 32 registers: 24 accumulators for twelve rows. (On 512-bit
-// registers, sixteen rows a pass, an AMD EPYC ran 16-row passes faster but 5- and 9-row ones slower.)
+// registers, sixteen rows a pass, an AMD EPYC ran 16-row passes faster but 5- and 9-row ones slower:
+// calls of more rows, a prompt's, take the wide passes, 24 int8 rows or 12 int4 rows at a time.)
 #define SPECDEC_ISA avx512_vnni
-#define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define SPECDEC_DPBUSD _mm256_dpbusd_epi32
 #define SPECDEC_INT8_ROWS 12
 #define SPECDEC_INT4_ROWS 8
 #define SPECDEC_INT4_SPLIT_ROWS 5
+#define SPECDEC_WIDE_ROWS
+#define SPECDEC_WIDE_INT8_ROWS 12
+#define SPECDEC_WIDE_INT4_ROWS 12
 namespace {
 #include "quantized_products.inc"
 }
@@ -98,8 +111,8 @@ bool runs_avx2() {
 }
 bool runs_avx_vnni() { return runs_avx2() && __builtin_cpu_supports("avxvnni"); }
 bool runs_avx512_vnni() {
-  return runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512vnni");
+  return runs_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
 // Fastest first.
@@ -116,6 +129,14 @@ const Products* fastest_here() {
 }
 
 std::atomic<const Products*> chosen{fastest_here()};
+// Whether calls of many rows take the chosen set's wide passes, where it has them (for measurements).
+std::atomic<bool> wide_passes{true};
+// The fewest rows a call needs to take them. Timed on an AMD EPYC against the 256-bit passes, a
+// pass of the 1.5B int8 target's layers after 128 tokens: slower at 13-20 rows (1.09-1.14x), even
+// at 24-32, faster from 40 (0.93x at 40, 0.86x at 64, 0.79x at a 154-token prompt); the 0.5B int4
+// draft's: slower at 2-5 rows, faster from 6 (0.93x at 6, 0.84x at 8, 0.74x at 40, 0.64x at 154).
+constexpr int64_t kWideInt8From = 32;
+constexpr int64_t kWideInt4From = 6;
 
 std::vector<std::string> instruction_sets() {
   std::vector<std::string> names;
@@ -125,6 +146,8 @@ std::vector<std::string> instruction_sets() {
 }
 
 std::string instruction_set() { return chosen.load()->name; }
+
+void use_wide_passes(bool on) { wide_passes.store(on); }
 
 void use_instruction_set(const std::string& name) {
   for (const Products& set : kInstructionSets) {
@@ -243,20 +266,44 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
 
   const Products& products = *chosen.load();
+  const int64_t block_bytes = groups * kGroup * kBlockColumns;
+  // A block's outputs from its sums (stride ints a row).
+  const auto store_block = [&](int64_t block, int64_t m0, int count, const int32_t* sums, int64_t stride) {
+    const int64_t first = block * kBlockColumns;
+    const int64_t last = std::min(first + kBlockColumns, out_features);
+    for (int i = 0; i < count; ++i)
+      scale_block(sums + i * stride, w_sum + first, w_scale + first, row_scale[m0 + i], b != nullptr ? b + first : nullptr,
+                  last - first, o + (m0 + i) * out_features + first);
+  };
+  if (products.wide_int8 != nullptr && wide_passes.load() && rows >= kWideInt8From) {
+    // Two blocks at a time; an odd last block is paired with itself and stored once.
+    at::parallel_for(0, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
+      int32_t sums[kMostRows * 2 * kBlockColumns];
+      const uint8_t* chunk[kMostRows];
+      for (int64_t pair = begin; pair < end; ++pair) {
+        const int64_t block = 2 * pair;
+        const int8_t* weights = w + block * block_bytes;
+        const bool both = block + 1 < blocks;
+        for (int64_t m0 = 0; m0 < rows; m0 += products.wide_int8_rows) {
+          const int count = static_cast<int>(std::min<int64_t>(products.wide_int8_rows, rows - m0));
+          for (int i = 0; i < count; ++i) chunk[i] = q.data() + (m0 + i) * padded;
+          products.wide_int8(count, weights, both ? weights + block_bytes : weights, chunk, groups, sums);
+          store_block(block, m0, count, sums, 2 * kBlockColumns);
+          if (both) store_block(block + 1, m0, count, sums + kBlockColumns, 2 * kBlockColumns);
+        }
+      }
+    });
+    return out;
+  }
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     int32_t sums[kMostRows * kBlockColumns];
     const uint8_t* chunk[kMostRows];
     for (int64_t block = begin; block < end; ++block) {
-      const int8_t* weights = w + block * groups * kGroup * kBlockColumns;
-      const int64_t first = block * kBlockColumns;
-      const int64_t last = std::min(first + kBlockColumns, out_features);
       for (int64_t m0 = 0; m0 < rows; m0 += products.int8_rows) {
         const int count = static_cast<int>(std::min<int64_t>(products.int8_rows, rows - m0));
         for (int i = 0; i < count; ++i) chunk[i] = q.data() + (m0 + i) * padded;
-        products.int8(count, weights, chunk, groups, sums);
-        for (int i = 0; i < count; ++i)
-          scale_block(sums + i * kBlockColumns, w_sum + first, w_scale + first, row_scale[m0 + i],
-                      b != nullptr ? b + first : nullptr, last - first, o + (m0 + i) * out_features + first);
+        products.int8(count, w + block * block_bytes, chunk, groups, sums);
+        store_block(block, m0, count, sums, kBlockColumns);
       }
     }
   });
@@ -309,30 +356,65 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
 
   const Products& products = *chosen.load();
+  // A block's outputs: the products (stride floats a row, from its first lane) times the rows' scales, plus bias.
+  const auto store_block = [&](int64_t block, int64_t m0, int count, const float* block_out, int64_t stride) {
+    const int64_t first = block * kInt4Columns;
+    const __m256i kept = lanes_below(std::min(first + kInt4Columns, out_features) - first);
+    const __m256 bias8 = b != nullptr ? _mm256_maskload_ps(b + first, kept) : _mm256_setzero_ps();
+    for (int i = 0; i < count; ++i) {
+      __m256 value = _mm256_mul_ps(_mm256_loadu_ps(block_out + i * stride), _mm256_set1_ps(row_scale[m0 + i]));
+      if (b != nullptr) value = _mm256_add_ps(value, bias8);
+      _mm256_maskstore_ps(o + (m0 + i) * out_features + first, kept, value);
+    }
+  };
+  const auto rows_at = [&](int64_t m0, int count, const int8_t** chunk, const float** chunk_sums) {
+    for (int i = 0; i < count; ++i) {
+      chunk[i] = q.data() + (m0 + i) * padded;
+      chunk_sums[i] = group_sums.data() + (m0 + i) * groups;
+    }
+  };
+  const int64_t block_bytes = groups * (kInt4Group / 2) * kInt4Columns, block_halves = groups * kInt4Columns;
+  if (products.wide_int4 != nullptr && wide_passes.load() && rows >= kWideInt4From) {
+    // Two blocks at a time; an odd last block takes the 256-bit pass.
+    at::parallel_for(0, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
+      float block_out[kMostRows * 2 * kInt4Columns];
+      const int8_t* chunk[kMostRows];
+      const float* chunk_sums[kMostRows];
+      for (int64_t pair = begin; pair < end; ++pair) {
+        const int64_t block = 2 * pair;
+        const bool both = block + 1 < blocks;
+        const int per_pass = both ? products.wide_int4_rows : products.int4_rows;
+        for (int64_t m0 = 0; m0 < rows; m0 += per_pass) {
+          const int count = static_cast<int>(std::min<int64_t>(per_pass, rows - m0));
+          rows_at(m0, count, chunk, chunk_sums);
+          const uint8_t* weights = w + block * block_bytes;
+          const uint16_t* scales_at = s + block * block_halves;
+          const uint16_t* minimums_at = mn + block * block_halves;
+          if (both) {
+            products.wide_int4(count, weights, weights + block_bytes, scales_at, scales_at + block_halves, minimums_at,
+                               minimums_at + block_halves, chunk, chunk_sums, groups, block_out);
+            store_block(block, m0, count, block_out, 2 * kInt4Columns);
+            store_block(block + 1, m0, count, block_out + kInt4Columns, 2 * kInt4Columns);
+          } else {
+            products.int4(count, weights, scales_at, minimums_at, chunk, chunk_sums, groups, block_out);
+            store_block(block, m0, count, block_out, kInt4Columns);
+          }
+        }
+      }
+    });
+    return out;
+  }
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     float block_out[kMostRows * kInt4Columns];
     const int8_t* chunk[kMostRows];
     const float* chunk_sums[kMostRows];
     for (int64_t block = begin; block < end; ++block) {
-      const uint8_t* weights = w + block * groups * (kInt4Group / 2) * kInt4Columns;
-      const uint16_t* block_scales = s + block * groups * kInt4Columns;
-      const uint16_t* block_minimums = mn + block * groups * kInt4Columns;
-      const int64_t first = block * kInt4Columns;
-      const int64_t last = std::min(first + kInt4Columns, out_features);
       for (int64_t m0 = 0; m0 < rows; m0 += products.int4_rows) {
         const int count = static_cast<int>(std::min<int64_t>(products.int4_rows, rows - m0));
-        for (int i = 0; i < count; ++i) {
-          chunk[i] = q.data() + (m0 + i) * padded;
-          chunk_sums[i] = group_sums.data() + (m0 + i) * groups;
-        }
-        products.int4(count, weights, block_scales, block_minimums, chunk, chunk_sums, groups, block_out);
-        const __m256i kept = lanes_below(last - first);
-        const __m256 bias8 = b != nullptr ? _mm256_maskload_ps(b + first, kept) : _mm256_setzero_ps();
-        for (int i = 0; i < count; ++i) {
-          __m256 value = _mm256_mul_ps(_mm256_loadu_ps(block_out + i * kInt4Columns), _mm256_set1_ps(row_scale[m0 + i]));
-          if (b != nullptr) value = _mm256_add_ps(value, bias8);
-          _mm256_maskstore_ps(o + (m0 + i) * out_features + first, kept, value);
-        }
+        rows_at(m0, count, chunk, chunk_sums);
+        products.int4(count, w + block * block_bytes, s + block * block_halves, mn + block * block_halves, chunk,
+                      chunk_sums, groups, block_out);
+        store_block(block, m0, count, block_out, kInt4Columns);
       }
     }
   });
@@ -745,6 +827,7 @@ TORCH_LIBRARY(specdec, m) {
   m.def("instruction_sets() -> str[]", &instruction_sets);
   m.def("instruction_set() -> str", &instruction_set);
   m.def("use_instruction_set(str name) -> ()", &use_instruction_set);
+  m.def("use_wide_passes(bool on) -> ()", &use_wide_passes);
   m.def("decoder_layers(Tensor x, Tensor cos, Tensor sin, Tensor(a!)[] keys, Tensor(b!)[] values, int length, "
         "int heads, float scale, float eps, Tensor[] norms, int[] kinds, Tensor[] weights, Tensor[] biases, "
         "int[] out_features, Tensor? visible=None) -> Tensor",

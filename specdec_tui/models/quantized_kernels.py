@@ -150,6 +150,19 @@ def using_instruction_set(name: str) -> Iterator[None]:
         torch.ops.specdec.use_instruction_set(previous)
 
 
+@contextmanager
+def using_wide_passes(on: bool) -> Iterator[None]:
+    """Inside the block, calls of many rows (a prompt) take AVX-512 VNNI's 512-bit passes or not;
+    the numbers are the same either way (for tests and measurements)."""
+    if not available():
+        raise RuntimeError("the package's kernels are not loaded here")
+    torch.ops.specdec.use_wide_passes(on)
+    try:
+        yield
+    finally:
+        torch.ops.specdec.use_wide_passes(True)
+
+
 def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``weight`` [N, K] as the kernel reads it: int8 blocks, per-column scales and column sums.
 

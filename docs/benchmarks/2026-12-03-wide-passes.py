@@ -15,7 +15,8 @@ The numbers are the same either way (exact integer sums); the script asserts eve
 target-only's.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-03-wide-passes.py N W Tn
-The outputs of that day are 2026-12-03-wide-passes-*.txt beside this file.
+With the int4 target: SPECDEC_MODELS__PRECISION=int4 .venv/bin/python docs/benchmarks/2026-12-03-wide-passes.py N W
+The outputs of that day are 2026-12-03-wide-passes-*.txt beside this file (-int4.txt the int4 target's).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ constexpr int64_t kPrefetchBytes = 2048;     // how far ahead the weights are fe
 constexpr int64_t kFarPrefetchBytes = 16384; // and into L2
 constexpr int64_t kInt4Columns = 8;    // output columns per int4 block: one 8-lane vector
 constexpr int64_t kInt4Group = 64;     // inputs sharing one int4 scale and minimum
-constexpr int kMostRows = 24;          // the most rows per pass any instruction set takes
+constexpr int kMostRows = 12;          // the most rows per pass any instruction set takes
 
 // One instruction set's products: int8 multiplies up to int8_rows rows with one block of weights
 // (sums [rows, 16]), int4 up to int4_rows rows (out [rows, 8], before the rows' scales). A set with
@@ -87,7 +87,7 @@ namespace {
 
 // EVEX-encoded vpdpbusd reaches 32 registers: 24 accumulators for twelve rows. (On 512-bit
 // registers, sixteen rows a pass, an AMD EPYC ran 16-row passes faster but 5- and 9-row ones slower:
-// calls of more rows, a prompt's, take the wide passes, 24 int8 rows or 12 int4 rows at a time.)
+// calls of many rows, a prompt's, take the wide passes, two blocks of weights and 12 rows at a time.)
 #define SPECDEC_ISA avx512_vnni
 #define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define SPECDEC_DPBUSD _mm256_dpbusd_epi32

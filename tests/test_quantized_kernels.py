@@ -170,8 +170,8 @@ def test_every_instruction_set_gives_the_avx2_numbers_bit_for_bit_and_blocks_equ
     torch.manual_seed(7)
     for kind, layer in (("int8", PackedInt8Linear(linear(45, 130, True, 8))),
                         ("int4", PackedInt4Linear(linear(21, 200, True, 9)))):
-        # 60 rows: more than any set's pass (24 at most), so calls of many rows take AVX-512's wide passes
-        # (int4: two blocks at a time, the third on its own).
+        # 60 rows: more than any set's pass (12 at most), so calls of many rows take AVX-512's wide passes
+        # (two blocks at a time, the third paired with itself).
         x = torch.randn(60, layer.in_features) * 3
         with quantized_kernels.using_instruction_set("avx2"):
             expected = layer(x)

@@ -282,14 +282,13 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
       const uint8_t* chunk[kMostRows];
       for (int64_t pair = begin; pair < end; ++pair) {
         const int64_t block = 2 * pair;
-        const int8_t* weights = w + block * block_bytes;
-        const bool both = block + 1 < blocks;
+        const int64_t next = block + 1 < blocks ? block + 1 : block;
         for (int64_t m0 = 0; m0 < rows; m0 += products.wide_int8_rows) {
           const int count = static_cast<int>(std::min<int64_t>(products.wide_int8_rows, rows - m0));
           for (int i = 0; i < count; ++i) chunk[i] = q.data() + (m0 + i) * padded;
-          products.wide_int8(count, weights, both ? weights + block_bytes : weights, chunk, groups, sums);
+          products.wide_int8(count, w + block * block_bytes, w + next * block_bytes, chunk, groups, sums);
           store_block(block, m0, count, sums, 2 * kBlockColumns);
-          if (both) store_block(block + 1, m0, count, sums + kBlockColumns, 2 * kBlockColumns);
+          if (next != block) store_block(next, m0, count, sums + kBlockColumns, 2 * kBlockColumns);
         }
       }
     });
@@ -375,30 +374,22 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   };
   const int64_t block_bytes = groups * (kInt4Group / 2) * kInt4Columns, block_halves = groups * kInt4Columns;
   if (products.wide_int4 != nullptr && wide_passes.load() && rows >= kWideInt4From) {
-    // Two blocks at a time; an odd last block takes the 256-bit pass.
+    // Two blocks at a time; an odd last block is paired with itself and stored once.
     at::parallel_for(0, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
       float block_out[kMostRows * 2 * kInt4Columns];
       const int8_t* chunk[kMostRows];
       const float* chunk_sums[kMostRows];
       for (int64_t pair = begin; pair < end; ++pair) {
         const int64_t block = 2 * pair;
-        const bool both = block + 1 < blocks;
-        const int per_pass = both ? products.wide_int4_rows : products.int4_rows;
-        for (int64_t m0 = 0; m0 < rows; m0 += per_pass) {
-          const int count = static_cast<int>(std::min<int64_t>(per_pass, rows - m0));
+        const int64_t next = block + 1 < blocks ? block + 1 : block;
+        for (int64_t m0 = 0; m0 < rows; m0 += products.wide_int4_rows) {
+          const int count = static_cast<int>(std::min<int64_t>(products.wide_int4_rows, rows - m0));
           rows_at(m0, count, chunk, chunk_sums);
-          const uint8_t* weights = w + block * block_bytes;
-          const uint16_t* scales_at = s + block * block_halves;
-          const uint16_t* minimums_at = mn + block * block_halves;
-          if (both) {
-            products.wide_int4(count, weights, weights + block_bytes, scales_at, scales_at + block_halves, minimums_at,
-                               minimums_at + block_halves, chunk, chunk_sums, groups, block_out);
-            store_block(block, m0, count, block_out, 2 * kInt4Columns);
-            store_block(block + 1, m0, count, block_out + kInt4Columns, 2 * kInt4Columns);
-          } else {
-            products.int4(count, weights, scales_at, minimums_at, chunk, chunk_sums, groups, block_out);
-            store_block(block, m0, count, block_out, kInt4Columns);
-          }
+          products.wide_int4(count, w + block * block_bytes, w + next * block_bytes, s + block * block_halves,
+                             s + next * block_halves, mn + block * block_halves, mn + next * block_halves, chunk,
+                             chunk_sums, groups, block_out);
+          store_block(block, m0, count, block_out, 2 * kInt4Columns);
+          if (next != block) store_block(next, m0, count, block_out + kInt4Columns, 2 * kInt4Columns);
         }
       }
     });

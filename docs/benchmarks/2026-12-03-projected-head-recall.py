@@ -16,17 +16,15 @@ Output of that day: 2026-12-03-projected-head-recall.txt beside this file.
 from __future__ import annotations
 
 import torch
+from paired_levers import lean_forward
 
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.config import Settings
-from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.models.precision import PackedInt4Linear
 from specdec_tui.runtime import load_runtime
 
 runtime = load_runtime(Settings())
-draft = runtime.pair.draft.runner
-while not isinstance(draft, FastLlama):
-    draft = draft.runner
+draft = lean_forward(runtime.pair.draft.runner)
 head = draft.head
 assert isinstance(head, PackedInt4Linear)
 

@@ -17,13 +17,12 @@ import sys
 import time
 
 import torch
-from paired_levers import Reply, decoded, interleaved, print_paired
+from paired_levers import Reply, decoded, interleaved, lean_forward, print_paired
 from torch import nn
 
 from specdec_tui.config import Settings
 from specdec_tui.models import quantized_kernels
 from specdec_tui.models.draft_head import head_columns
-from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.models.precision import PackedInt4Linear, linear_from_tensors
 from specdec_tui.runtime import build_engine, load_runtime
 
@@ -80,9 +79,7 @@ class ProjectedHead(nn.Module):
 
 VARIANTS = sys.argv[1:] or ["W", "P"]
 runtime = load_runtime(Settings())
-draft = runtime.pair.draft.runner
-while not isinstance(draft, FastLlama):
-    draft = draft.runner
+draft = lean_forward(runtime.pair.draft.runner)
 projected = ProjectedHead(draft.head, draft.vocab, rank=128, chunks=8, warmup=256)
 engines = {name: build_engine(runtime.pair, runtime.settings)[0] for name in VARIANTS}
 

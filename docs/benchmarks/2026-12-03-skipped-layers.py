@@ -17,23 +17,18 @@ from __future__ import annotations
 import statistics
 
 import torch
+from paired_levers import lean_forward
 
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.config import Settings
-from specdec_tui.models.fast_llama import MAX_ROWS, FastLlama, kernel_layer_args
+from specdec_tui.models.fast_llama import MAX_ROWS, kernel_layer_args
 from specdec_tui.runtime import load_runtime
 
 REPLY_TOKENS = 96
 runtime = load_runtime(Settings())
 
 
-def forward_of(runner: object) -> FastLlama:
-    while not isinstance(runner, FastLlama):
-        runner = runner.runner
-    return runner
-
-
-draft, target = forward_of(runtime.pair.draft.runner), forward_of(runtime.pair.target.runner)
+draft, target = lean_forward(runtime.pair.draft.runner), lean_forward(runtime.pair.target.runner)
 
 
 def greedy_reply(ids: list[int]) -> list[int]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from paired_levers import Reply, decoded, interleaved, print_paired
+from paired_levers import Reply, decoded, interleaved, lean_forward, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.engine import acceptance, drafters
@@ -75,13 +75,7 @@ FAST = (acceptance.first_argmax, drafters.second_best)
 
 
 def runners() -> list[FastLlama]:
-    found = []
-    for model in (runtime.pair.target, runtime.pair.draft):
-        runner = model.runner
-        while not isinstance(runner, FastLlama):
-            runner = runner.runner
-        found.append(runner)
-    return found
+    return [lean_forward(model.runner) for model in (runtime.pair.target, runtime.pair.draft)]
 
 
 for runner in runners():

@@ -17,6 +17,7 @@ from specdec_tui.engine.drafters import Drafter
 from specdec_tui.engine.metrics import RunSummary
 from specdec_tui.engine.policy import DraftPolicy
 from specdec_tui.engine.session import Engine
+from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.runtime import Runtime
 
 #: One reply of a variant ("target" for target-only) to the prompt ids: its token ids, its summary,
@@ -35,6 +36,13 @@ class PlannedLength(DraftPolicy):
 
     def keep_drafting(self, confidences: Sequence[float], branches: int) -> bool:
         return len(confidences) < self.length
+
+
+def lean_forward(runner: object) -> FastLlama:
+    """The package's forward under a loaded model's runner and whatever wraps it (breaker, checks)."""
+    while not isinstance(runner, FastLlama):
+        runner = runner.runner
+    return runner
 
 
 def decoded(engine: Engine, ids: list[int], params: DecodeParams, drafter: Drafter | None) -> FinishedEvent:

@@ -21,8 +21,9 @@ from specdec_tui.engine.decoder import (
     SpeculativeDecoder,
     StepEvent,
 )
-from specdec_tui.engine.drafters import Draft, ModelDrafter, Sampler
+from specdec_tui.engine.drafters import Draft, HybridDrafter, ModelDrafter, PromptLookupDrafter, Sampler
 from specdec_tui.engine.metrics import StepRecord
+from specdec_tui.engine.policy import DraftPolicy
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.loader import context_length, eos_token_ids
 from specdec_tui.models.precision import BATCH_INVARIANT
@@ -387,7 +388,7 @@ def test_every_mode_teaches_one_verify_cost_table_that_all_drafters_read():
     assert max(engine.decoder.verify_cost.measured) > 1
     run(engine, "hybrid", DecodeParams(k=3, max_new_tokens=8))
     run(engine, "prompt-lookup", DecodeParams(k=3, max_new_tokens=8))
-    assert len(engine.policies) == 3  # model, prompt lookup, and hybrid's stricter lookup
+    assert len(engine.policies) == 4  # model, prompt lookup, hybrid's stricter lookup and its copies after a draft
     assert all(p.verify_cost is engine.decoder.verify_cost for p in engine.policies.values())
 
 
@@ -414,3 +415,40 @@ def test_each_rejection_names_the_draft_token_the_target_replaced(engine: Engine
         assert kept < drafted and step.rejected.origin is Origin.DRAFT
         assert step.rejected.id != step.tokens[kept].id  # the target wrote something else there
         assert step.tokens[kept].origin is Origin.TARGET
+
+
+class AlwaysK(DraftPolicy):
+    """Drafts K tokens every step and reckons a step's tokens worth next to nothing, so every copy
+    after a draft pays (on tiny models the adaptive policy would stop drafting)."""
+
+    def plan(self, k_max: int, branching: bool = False) -> tuple[int, int]:
+        self.rate = 1e-6
+        return k_max, 0
+
+    def keep_drafting(self, confidences: Sequence[float], branches: int) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_copies_after_model_drafts_keep_the_reply_the_targets(temperature: float):
+    # A lookup of single tokens, kept from proposing at a step's start, finds a copy after most
+    # model drafts (the prompt holds half the ids); a draft without noise has its drafts kept, so
+    # the copies are judged.
+    engine = tiny_engine("qwen2", noise=0.0, eos_ids=frozenset())
+    many_ids = [*PROMPT, *range(engine.vocab_size // 2, engine.vocab_size)]
+    assert engine.draft is not None
+    params = DecodeParams(k=4, max_new_tokens=40, temperature=temperature)
+    never_at_the_start = DraftPolicy(engine.decoder.verify_cost)
+    never_at_the_start.choose = lambda k: 0  # type: ignore[method-assign]
+    copies = DraftPolicy(engine.decoder.verify_cost)
+    model = ModelDrafter(engine.draft, engine.vocab_size, policy=AlwaysK(engine.decoder.verify_cost))
+    hybrid = HybridDrafter(PromptLookupDrafter(min_ngram=1, policy=never_at_the_start, span=8), model, copies)
+    engine.reset()
+    events = list(engine.decoder.generate(many_ids, params, hybrid))
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert max(step.record.drafted for step in steps) > 4  # copies past the model's K were verified
+    assert copies.kept + copies.rejected != pytest.approx(2.0)  # and judged
+    assert len(events[-1].token_ids) == 40
+    if temperature == 0.0:
+        engine.reset()
+        assert events[-1].token_ids == run(engine, "target", params, many_ids).token_ids

@@ -1,5 +1,7 @@
 """The draft-length policy: expected tokens per step and the K that maximises tokens per second."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -259,3 +261,69 @@ def test_a_model_draft_branches_where_it_doubted_and_learns_how_often_such_branc
     drafter.observe(kept_branch, "model")
     assert policy.branch_hit_by_confidence(0.15) > before
     assert policy.branch_hit_by_confidence(0.95) == pytest.approx(0.5)  # the prior, where no branch stood
+
+
+# The model drafts token 1; the context's last 3-gram is new, but after the draft's three 1s the
+# context ends as it did at its start, where 7, 8, 9, 4 followed.
+SEEN_BEFORE = [5, 1, 1, 1, 7, 8, 9, 4, 2, 0, 3]
+
+
+def hybrid_with_copies(sure: list[float]) -> tuple[HybridDrafter, DraftPolicy, DraftPolicy]:
+    """A hybrid whose model drafts three sure tokens and whose verify passes cost the same up to
+    eight rows and twice as much from nine."""
+    cost = VerifyCost()
+    cost.measured = {1: 0.1, 8: 0.1, 9: 0.2}
+    model_policy, copy_policy = DraftPolicy(cost), DraftPolicy(cost)
+    model_policy.observe(step(3, 3, draft_s=0.03, verify_s=0.1))
+    model = ModelDrafter(ScriptedDraftModel(SEEN_BEFORE, sure), 16, policy=model_policy)  # type: ignore[arg-type]
+    lookup = PromptLookupDrafter(min_ngram=3, span=8)
+    return HybridDrafter(lookup, model, copy_policy), model_policy, copy_policy
+
+
+def test_a_copy_of_what_followed_the_drafts_last_tokens_goes_after_it_while_its_rows_pay():
+    hybrid, _, copy_policy = hybrid_with_copies([0.97] * 8)
+    draft = hybrid.propose(SEEN_BEFORE, 3, GREEDY)
+    # Rows 5-8 cost nothing more; the ninth costs a tenth of a second, more than a copied token is worth.
+    assert draft.tokens == [1, 1, 1, 7, 8, 9, 4] and draft.source == "model"
+    for _ in range(10):  # copies rejected at once, over and over
+        hybrid.observe(step(7, 3), "model")
+    copy_policy.verify_cost.measured = {1: 0.1, 4: 0.1, 5: 0.12, 9: 0.2}  # and rows no longer free
+    assert hybrid.propose(SEEN_BEFORE, 3, GREEDY).tokens == [1, 1, 1]
+    without_policy = HybridDrafter(hybrid.lookup, hybrid.model)  # a fixed K: the draft alone
+    assert without_policy.propose(SEEN_BEFORE, 3, GREEDY).tokens == [1, 1, 1]
+
+
+@pytest.mark.parametrize(("sure", "copied"), [([0.97] * 3, [7, 8, 9]), ([0.97, 0.97, 0.3], [])])
+def test_a_copy_after_a_draft_the_target_is_unlikely_to_keep_whole_is_shorter_or_none(sure, copied):
+    hybrid, model_policy, _ = hybrid_with_copies(sure)
+    model_policy.keep_drafting = lambda confidences, branches: True  # type: ignore[method-assign]
+    model_policy.verify_cost.measured = {1: 0.1, 4: 0.1, 5: 0.11, 6: 0.12, 7: 0.13, 8: 0.14}  # 10 ms a row past 4
+    assert hybrid.propose(SEEN_BEFORE, 3, GREEDY).tokens == [1, 1, 1, *copied]
+
+
+def test_the_models_policy_learns_from_its_tokens_and_the_copys_policy_from_the_copy():
+    hybrid, model_policy, copy_policy = hybrid_with_copies([0.97] * 8)
+    hybrid.propose(SEEN_BEFORE, 3, GREEDY)
+    alpha, copy_alpha = model_policy.alpha, copy_policy.alpha
+    hybrid.observe(step(7, 1, draft_s=0.09), "model")  # rejected at the second drafted token
+    assert model_policy.alpha < alpha and copy_policy.alpha == copy_alpha  # the copy was never judged
+    assert model_policy.draft_cost == pytest.approx(0.7 * 0.01 + 0.3 * 0.03)  # 0.09 s for 3 drafted tokens
+    hybrid.propose(SEEN_BEFORE, 3, GREEDY)
+    alpha = model_policy.alpha
+    hybrid.observe(step(7, 5), "model")  # the draft kept, and two of the four copied tokens
+    assert model_policy.alpha > alpha and copy_policy.alpha < copy_alpha
+    assert copy_policy.kept == pytest.approx(0.9 * 1.4 + 2) and copy_policy.rejected == pytest.approx(0.9 * 0.6 + 1)
+    hybrid.propose(SEEN_BEFORE, 3, GREEDY)
+    judged = copy_policy.kept + copy_policy.rejected
+    # The last drafted token rejected and its branch kept: three tokens accepted, the copy never reached.
+    hybrid.observe(replace(step(7, 3), branches=1, branch_kept=True), "model")
+    assert copy_policy.kept + copy_policy.rejected == judged
+
+
+def test_a_sampled_draft_proposes_its_copied_tokens_for_certain():
+    hybrid, _, _ = hybrid_with_copies([0.97] * 8)
+    draft = hybrid.propose(SEEN_BEFORE, 3, Sampler(1.0, 1.0, torch.Generator().manual_seed(0)))
+    copied = len(draft.tokens) - 3
+    assert copied > 0 and draft.probs is not None and draft.probs.shape == (3 + copied, 16)
+    assert torch.equal(draft.probs[3:].argmax(-1), torch.tensor(draft.tokens[3:]))
+    assert torch.equal(draft.probs[3:].sum(-1), torch.ones(copied))

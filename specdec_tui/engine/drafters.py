@@ -4,19 +4,19 @@
 - ``PromptLookupDrafter``: copies what followed the latest earlier occurrence of the context's
   last n-gram (free, and strong when the reply repeats the prompt, as in code editing).
 - ``HybridDrafter``: prompt lookup when it finds a match (and its copies have been paying), the
-  model otherwise.
+  model otherwise, its draft followed by a copy where the draft's last tokens were seen before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from specdec_tui.engine.acceptance import first_argmax, sampling_probs
+from specdec_tui.engine.acceptance import first_argmax, one_hot_rows, sampling_probs
 from specdec_tui.engine.cached_model import Branch, CachedModel
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import DraftPolicy
@@ -214,26 +214,70 @@ class PromptLookupDrafter:
         k = self.span or k
         if self.policy is not None:
             k = self.policy.choose(k)
-        if k == 0:
-            return Draft([], source=self.name)
+        return Draft(self.continuation(context, k) if k else [], source=self.name)
+
+    def continuation(self, context: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` tokens copied after the longest n-gram match of the context's end, if any."""
         for ngram in range(self.max_ngram, self.min_ngram - 1, -1):
             tokens = find_continuation(context, ngram, k)
             if tokens:
-                return Draft(tokens, source=self.name)
-        return Draft([], source=self.name)
+                return tokens
+        return []
 
 
 class HybridDrafter:
     name = "hybrid"
 
-    def __init__(self, lookup: PromptLookupDrafter, model: ModelDrafter) -> None:
+    def __init__(self, lookup: PromptLookupDrafter, model: ModelDrafter, copy_policy: DraftPolicy | None = None) -> None:
+        """``copy_policy``, if given (and the model has a policy too), lets a copy follow a model draft.
+
+        A model draft's last tokens sometimes start a run the conversation already holds (a name, a line
+        being rewritten); a copy of what followed it there costs no draft tokens, only verify rows,
+        so it goes after the draft for as long as ``copy_policy`` expects its tokens to pay for
+        their rows (see ``DraftPolicy.copy_length``), learning how often such copies are kept.
+        """
         self.lookup = lookup
         self.model = model
+        self.copy_policy = copy_policy
+        #: Tokens of the latest draft that the model drafted, and that a copy after them added.
+        self.modelled, self.copied = 0, 0
 
     def observe(self, record: StepRecord, source: str) -> None:
         self.lookup.observe(record, source)
-        self.model.observe(record, source)
+        if source != self.model.name or not self.copied:
+            self.model.observe(record, source)
+            return
+        # The model's policy learns from its own tokens (and their cost), the copy's from the copy,
+        # judged only where the target kept the whole model draft.
+        modelled = min(self.modelled, record.drafted)
+        self.model.observe(replace(record, drafted=modelled, accepted=min(record.accepted, modelled)), source)
+        chain = record.accepted - record.branch_kept
+        if self.copy_policy is not None and modelled <= chain and modelled < record.drafted:
+            self.copy_policy.observe(replace(record, drafted=record.drafted - modelled, accepted=chain - modelled,
+                                             draft_s=0.0))
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
+        self.modelled, self.copied = 0, 0
         draft = self.lookup.propose(context, k, sampler)
-        return draft if draft.tokens else self.model.propose(context, k, sampler)
+        if draft.tokens:
+            return draft
+        draft = self.model.propose(context, k, sampler)
+        self.modelled = len(draft.tokens)
+        return self._with_copy(context, draft, k)
+
+    def _with_copy(self, context: Sequence[int], draft: Draft, k: int) -> Draft:
+        """``draft`` and then as much of a copy of what followed it in the context as pays."""
+        if self.copy_policy is None or self.model.policy is None or not draft.tokens:
+            return draft
+        policy = self.model.policy
+        copy = self.lookup.continuation([*context, *draft.tokens], self.lookup.span or k)
+        rows = len(draft.tokens) + 1 + len(draft.branches)
+        self.copied = self.copy_policy.copy_length(policy.chain_kept(self.model.confidences), policy.rate, rows,
+                                                   len(copy))
+        if not self.copied:
+            return draft
+        copy = copy[: self.copied]
+        probs = draft.probs
+        if probs is not None:  # a copied token is proposed for certain
+            probs = torch.cat([probs, one_hot_rows(torch.tensor(copy), probs.shape[-1]).to(probs.dtype)])
+        return Draft([*draft.tokens, *copy], probs, draft.source, draft.branches)

@@ -50,7 +50,8 @@ def _hybrid(engine: Engine, params: DecodeParams) -> Drafter:
 
     # Next to a model draft, a copied continuation must match a longer n-gram to be trusted.
     lookup = PromptLookupDrafter(min_ngram=3, policy=engine.policy("strict-lookup", params), span=params.lookup_k)
-    return HybridDrafter(lookup, _model(engine, params))  # type: ignore[arg-type]
+    model = _model(engine, params)
+    return HybridDrafter(lookup, model, engine.policy("copy-after-draft", params))  # type: ignore[arg-type]
 
 
 MODES: dict[str, Mode] = {

@@ -23,7 +23,9 @@ the policy expects of a step (``keep_drafting``), up to the step's K, with the a
 confidence learnt online (``AcceptanceByConfidence``). Once the draft ends, its branches go where
 it doubted (``place_branches``): at each position where a branch's expected extra token, from the
 confidences of the tokens up to it and how often a branch at that confidence was kept, pays for
-its verify row at the policy's rate.
+its verify row at the policy's rate. A copy that follows a model draft (``copy_length``) is weighed
+the same way: each copied token while the chance that the target reaches and keeps it pays for
+its row.
 """
 
 from __future__ import annotations
@@ -208,13 +210,37 @@ class DraftPolicy:
         """
         if self.draft_cost is None or self.rate is None:
             return True
-        chain = 1.0
-        for confidence in confidences:
-            chain *= self.by_confidence(confidence)
         drafted = len(confidences)
         rows = drafted + 1 + min(branches, drafted)
         extra_seconds = self.draft_cost + self.verify_cost.extra_row(rows)
-        return chain * self.alpha >= self.rate * extra_seconds
+        return self.chain_kept(confidences) * self.alpha >= self.rate * extra_seconds
+
+    def chain_kept(self, confidences: Sequence[float]) -> float:
+        """The chance that the target keeps every drafted token the draft gave ``confidences``."""
+        chain = 1.0
+        for confidence in confidences:
+            chain *= self.by_confidence(confidence)
+        return chain
+
+    def copy_length(self, reached: float, rate: float | None, rows: int, most: int) -> int:
+        """How many of ``most`` copied tokens to verify after a draft, in a pass of ``rows`` rows so
+        far, where the target reaches the copy (keeps the whole draft) with probability ``reached``:
+        each next copied token while its chance of being kept (``reached``, then this policy's
+        alpha per copied token) pays for its verify row at ``rate`` (the draft's policy's tokens per
+        second). A copy costs nothing to draft, only rows. Where none pays, one token is verified
+        every ``probe_every`` such copies, so the policy can see copies getting better."""
+        if rate is None or most == 0:
+            return 0
+        length, kept = 0, reached
+        while length < most:
+            kept *= self.alpha
+            if kept < rate * self.verify_cost.extra_row(rows + length):
+                break
+            length += 1
+        self.idle_steps = 0 if length else self.idle_steps + 1
+        if self.idle_steps >= self.probe_every:
+            self.idle_steps, length = 0, 1
+        return length
 
     def place_branches(self, confidences: Sequence[float]) -> list[int]:
         """The drafted positions whose runner-up is worth a verify row, given the draft's

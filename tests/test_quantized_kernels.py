@@ -163,6 +163,22 @@ def test_an_instruction_set_the_processor_lacks_is_refused_in_one_line_and_chang
 
 
 @needs_kernels
+def test_wide_passes_come_back_as_they_were_after_a_block_that_set_them():
+    def wide() -> bool:  # the setting, read by setting it to itself
+        on = torch.ops.specdec.use_wide_passes(True)
+        torch.ops.specdec.use_wide_passes(on)
+        return on
+
+    assert wide()  # on by default
+    with quantized_kernels.using_wide_passes(False):
+        assert not wide()
+        with quantized_kernels.using_wide_passes(True):
+            assert wide()
+        assert not wide()  # the inner block gave back the outer one's setting
+    assert wide()
+
+
+@needs_kernels
 @pytest.mark.parametrize("name", list(INSTRUCTION_SETS))
 def test_every_instruction_set_gives_the_avx2_numbers_bit_for_bit_and_blocks_equal_single_rows(name: str):
     if name not in quantized_kernels.instruction_sets():

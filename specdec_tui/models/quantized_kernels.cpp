@@ -147,7 +147,8 @@ std::vector<std::string> instruction_sets() {
 
 std::string instruction_set() { return chosen.load()->name; }
 
-void use_wide_passes(bool on) { wide_passes.store(on); }
+// The previous setting, so a caller can put it back.
+bool use_wide_passes(bool on) { return wide_passes.exchange(on); }
 
 void use_instruction_set(const std::string& name) {
   for (const Products& set : kInstructionSets) {
@@ -818,7 +819,7 @@ TORCH_LIBRARY(specdec, m) {
   m.def("instruction_sets() -> str[]", &instruction_sets);
   m.def("instruction_set() -> str", &instruction_set);
   m.def("use_instruction_set(str name) -> ()", &use_instruction_set);
-  m.def("use_wide_passes(bool on) -> ()", &use_wide_passes);
+  m.def("use_wide_passes(bool on) -> bool", &use_wide_passes);
   m.def("decoder_layers(Tensor x, Tensor cos, Tensor sin, Tensor(a!)[] keys, Tensor(b!)[] values, int length, "
         "int heads, float scale, float eps, Tensor[] norms, int[] kinds, Tensor[] weights, Tensor[] biases, "
         "int[] out_features, Tensor? visible=None) -> Tensor",

@@ -156,11 +156,11 @@ def using_wide_passes(on: bool) -> Iterator[None]:
     the numbers are the same either way (for tests and measurements)."""
     if not available():
         raise RuntimeError("the package's kernels are not loaded here")
-    torch.ops.specdec.use_wide_passes(on)
+    previous = torch.ops.specdec.use_wide_passes(on)
     try:
         yield
     finally:
-        torch.ops.specdec.use_wide_passes(True)
+        torch.ops.specdec.use_wide_passes(previous)
 
 
 def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

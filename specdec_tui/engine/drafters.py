@@ -228,7 +228,8 @@ class PromptLookupDrafter:
 class HybridDrafter:
     name = "hybrid"
 
-    def __init__(self, lookup: PromptLookupDrafter, model: ModelDrafter, copy_policy: DraftPolicy | None = None) -> None:
+    def __init__(self, lookup: PromptLookupDrafter, model: ModelDrafter,
+                 copy_policy: DraftPolicy | None = None) -> None:
         """``copy_policy``, if given (and the model has a policy too), lets a copy follow a model draft.
 
         A model draft's last tokens sometimes start a run the conversation already holds (a name, a line
@@ -253,8 +254,8 @@ class HybridDrafter:
         self.model.observe(replace(record, drafted=modelled, accepted=min(record.accepted, modelled)), source)
         chain = record.accepted - record.branch_kept
         if self.copy_policy is not None and modelled <= chain and modelled < record.drafted:
-            self.copy_policy.observe(replace(record, drafted=record.drafted - modelled, accepted=chain - modelled,
-                                             draft_s=0.0))
+            copied = replace(record, drafted=record.drafted - modelled, accepted=chain - modelled, draft_s=0.0)
+            self.copy_policy.observe(copied)
 
     def propose(self, context: Sequence[int], k: int, sampler: Sampler) -> Draft:
         self.modelled, self.copied = 0, 0
@@ -272,8 +273,8 @@ class HybridDrafter:
         policy = self.model.policy
         copy = self.lookup.continuation([*context, *draft.tokens], self.lookup.span or k)
         rows = len(draft.tokens) + 1 + len(draft.branches)
-        self.copied = self.copy_policy.copy_length(policy.chain_kept(self.model.confidences), policy.rate, rows,
-                                                   len(copy))
+        reached = policy.chain_kept(self.model.confidences)
+        self.copied = self.copy_policy.copy_length(reached, policy.rate, rows, len(copy))
         if not self.copied:
             return draft
         copy = copy[: self.copied]

@@ -37,12 +37,18 @@ from specdec_tui.models.precision import (
 needs_kernels = pytest.mark.skipif(not quantized_kernels.available(), reason="the package's kernels do not build here")
 
 
+def levels_over_peak(levels: float, peak: torch.Tensor) -> torch.Tensor:
+    """levels / peak divided as the kernel divides; torch's ``levels / peak`` multiplies by the
+    reciprocal, one rounding more, and on rare rows rounds an input the other way."""
+    return torch.where(peak > 0, torch.full_like(peak, levels) / peak, 0.0)
+
+
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """What the kernel promises, in plain integer arithmetic: 7-bit rows times 8-bit columns."""
     scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
     q_weight = torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int64)
     peak = x.abs().amax(dim=1, keepdim=True)
-    q_x = torch.round(x * torch.where(peak > 0, 63.0 / peak, 0.0)).to(torch.int64)
+    q_x = torch.round(x * levels_over_peak(63.0, peak)).to(torch.int64)
     exact = (q_x @ q_weight.t()).float()
     out = exact * (scales * (peak / 63.0))
     return out if bias is None else out + bias
@@ -59,7 +65,7 @@ def int4_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     q = torch.round((groups - minimum[..., None]) / scale[..., None]).clamp(0, 15)
     dequantized = (q * scale[..., None] + minimum[..., None]).view(out_features, width)[:, :in_features]
     peak = x.abs().amax(dim=1, keepdim=True)
-    q_x = torch.round(x * torch.where(peak > 0, 127.0 / peak, 0.0))
+    q_x = torch.round(x * levels_over_peak(127.0, peak))
     out = (q_x.double() @ dequantized.double().t()).float() * (peak / 127.0)
     return out if bias is None else out + bias
 

@@ -368,6 +368,15 @@ def test_the_stop_filter_cuts_at_the_first_stop_string_however_the_text_arrives(
     assert stop.stopped == bool(hits)
 
 
+def test_the_stop_filter_waits_for_a_stop_that_starts_earlier_than_one_already_complete():
+    stop = StopFilter(["abb", "b"])
+    assert stop.push("ab") == ""  # "b" is complete, but "abb" starts earlier and may still come
+    assert stop.push("b") == "" and stop.stopped
+    held = StopFilter(["abc", "b"])
+    assert held.push("xab") == "x"
+    assert held.flush() == "a" and held.stopped  # the text ended: "abc" never came, "b" cuts
+
+
 # ------------------------------------------------------------------ the load check
 
 

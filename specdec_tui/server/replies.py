@@ -33,17 +33,36 @@ class StopFilter:
         if self.stopped:
             return ""
         self.pending += text
-        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
-        if hits:
-            out, self.pending, self.stopped = self.pending[: min(hits)], "", True
-            return out
-        hold = max((n for s in self.stops for n in range(1, len(s)) if self.pending.endswith(s[:n])), default=0)
-        cut = len(self.pending) - hold
-        out, self.pending = self.pending[:cut], self.pending[cut:]
+        hit = self.first_hit()
+        # A stop that starts earlier than the hit and could still complete must be waited for.
+        longest = max(map(len, self.stops), default=0)
+        unsure = next((j for j in range(max(0, len(self.pending) - longest + 1), hit) if self.could_start_at(j)), None)
+        if unsure is None and hit < len(self.pending):
+            return self.cut(hit)
+        safe = hit if unsure is None else unsure
+        out, self.pending = self.pending[:safe], self.pending[safe:]
         return out
 
     def flush(self) -> str:
-        out, self.pending = ("" if self.stopped else self.pending), ""
+        """What was held back, cut at a stop it holds: no more text can come to complete another."""
+        if self.stopped:
+            return ""
+        hit = self.first_hit()
+        if hit < len(self.pending):
+            return self.cut(hit)
+        out, self.pending = self.pending, ""
+        return out
+
+    def first_hit(self) -> int:
+        """Where the earliest complete stop string starts in what is held, or its length if none."""
+        return min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=len(self.pending))
+
+    def could_start_at(self, j: int) -> bool:
+        tail = self.pending[j:]
+        return any(len(s) > len(tail) and s.startswith(tail) for s in self.stops)
+
+    def cut(self, hit: int) -> str:
+        out, self.pending, self.stopped = self.pending[:hit], "", True
         return out
 
 

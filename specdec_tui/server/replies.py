@@ -25,6 +25,7 @@ class StopFilter:
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = list(stops)
+        self.longest = max(map(len, self.stops), default=0)
         self.pending = ""
         self.stopped = False
 
@@ -34,9 +35,10 @@ class StopFilter:
             return ""
         self.pending += text
         hit = self.first_hit()
-        # A stop that starts earlier than the hit and could still complete must be waited for.
-        longest = max(map(len, self.stops), default=0)
-        unsure = next((j for j in range(max(0, len(self.pending) - longest + 1), hit) if self.could_start_at(j)), None)
+        # A stop that starts earlier than the hit and could still complete must be waited for; only
+        # the last longest - 1 positions can hold one unfinished.
+        first_open = max(0, len(self.pending) - self.longest + 1)
+        unsure = next((j for j in range(first_open, hit) if self.could_start_at(j)), None)
         if unsure is None and hit < len(self.pending):
             return self.cut(hit)
         safe = hit if unsure is None else unsure

@@ -32,7 +32,9 @@ from specdec_tui.tui.app import SpecDecApp
 base = load_settings()[0]
 settings = base.model_copy(update={{"decoding": base.decoding.model_copy(update={{"max_new_tokens": 400}})}})
 pair = tiny_pair()
-pair.target.runner = SlowRunner(pair.target.runner, 0.05)  # a reply of 400 tokens takes a while
+# The tiny model's context ends the reply near 190 tokens: at 0.2 s a pass it takes several seconds,
+# far longer than the two partial saves (0.5 s apart) the test waits for before the kill.
+pair.target.runner = SlowRunner(pair.target.runner, 0.2)
 
 def load(settings, progress):
     runtime = Runtime.from_pair(settings, pair)

@@ -44,7 +44,12 @@ def cluster() -> Iterator[None]:
              runtime_env={"env_vars": {"PYTHONPATH": str(TESTS), "HF_HUB_OFFLINE": "1",
                                        "TRANSFORMERS_VERBOSITY": "error",
                                        # spans leave the replicas within half a second, not five
-                                       "OTEL_BSP_SCHEDULE_DELAY": "500"}})
+                                       "OTEL_BSP_SCHEDULE_DELAY": "500",
+                                       # Serve's router asks a replica its queue length with a 0.1 s
+                                       # deadline and, on no answer, takes the next rank: the other
+                                       # replica, which the affinity test would see as a moved turn.
+                                       "RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S": "2",
+                                       "RAY_SERVE_MAX_QUEUE_LENGTH_RESPONSE_DEADLINE_S": "5"}})
     try:
         yield
     finally:

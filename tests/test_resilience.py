@@ -95,9 +95,10 @@ def test_a_failed_pass_leaves_the_cache_exactly_as_it_was():
 
 def test_a_burst_of_target_failures_opens_the_circuit_degrades_then_closes_on_a_good_trial():
     # Passes 2 and 3 fail: with fail_max 2 the circuit opens; the draft model writes on alone (each
-    # draft pass slowed a little so the short reset timeout passes), then a trial pass closes it.
+    # draft pass slowed a little so the reset timeout passes within the reply: about 30 degraded
+    # tokens), then a trial pass closes it.
     engine, target, _ = faulty_engine(on_passes(Fault.RAISE, [2, 3]), lambda: Fault.HANG, fail_max=2,
-                                      reset_timeout=0.15, hang_ms=15)
+                                      reset_timeout=0.5, hang_ms=15)
     steps, finished = reply(engine, "model", DecodeParams(k=4, adaptive_k=False, max_new_tokens=80))
     assert target.log.transitions == [("closed", "open"), ("open", "half-open"), ("half-open", "closed")]
     assert target.log.trips == 1 and target.state == "closed"
@@ -128,11 +129,11 @@ def test_a_target_that_only_returns_nan_leaves_a_reply_written_by_the_draft_alon
 
 
 def test_a_hung_target_pass_counts_as_failed_and_is_retried(target_only: tuple[int, ...]):
-    engine, target, _ = faulty_engine(on_passes(Fault.HANG, [3]), step_timeout=0.1, hang_ms=300)
+    engine, target, _ = faulty_engine(on_passes(Fault.HANG, [3]), step_timeout=0.5, hang_ms=1500)
     _, finished = reply(engine, "target")
     assert finished.token_ids == target_only
     assert finished.summary.target_failures == 1
-    assert "over the 0.1 s step timeout" in target.log.last_failure
+    assert "over the 0.5 s step timeout" in target.log.last_failure
 
 
 def test_an_open_circuit_without_a_draft_model_ends_the_reply_and_keeps_what_was_written(

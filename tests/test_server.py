@@ -306,19 +306,24 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_reply_and_the_next_sta
 
 
 def test_a_full_queue_is_an_immediate_503_with_retry_after_and_a_long_wait_times_out():
+    # The waiter must still be queued when the third request comes (2 s, against the ~0.1 s it takes to
+    # see the waiter queued) and time out long before the running reply (120 passes of 0.05 s) ends.
     slow = tiny_runtime(delay=0.05)
-    with running_server(slow, queue_size=1, request_timeout=0.5) as (url, _):
+    with running_server(slow, queue_size=1, request_timeout=2.0) as (url, _):
         long = {"model": "tiny-qwen2", "messages": CHAT, "max_tokens": 120, "speculative": {"mode": "target"}}
         results: dict[str, httpx.Response] = {}
         busy = threading.Thread(target=lambda: results.setdefault(
             "busy", httpx.post(f"{url}/v1/chat/completions", json=long, timeout=TIMEOUT)))
         busy.start()
+        deadline = time.monotonic() + 30
         while httpx.get(f"{url}/health", timeout=TIMEOUT).json()["running"] == 0:
+            assert time.monotonic() < deadline, "the first request never started"
             time.sleep(0.02)
         waiter = threading.Thread(target=lambda: results.setdefault(
             "waiter", httpx.post(f"{url}/v1/chat/completions", json=long, timeout=TIMEOUT)))
         waiter.start()
         while httpx.get(f"{url}/health", timeout=TIMEOUT).json()["waiting"] == 0:
+            assert time.monotonic() < deadline and waiter.is_alive(), "the second request never queued"
             time.sleep(0.02)
         started = time.monotonic()
         full = httpx.post(f"{url}/v1/chat/completions", json=long, timeout=TIMEOUT)
@@ -394,7 +399,7 @@ def test_the_load_check_reports_every_request_of_every_level(runtime: Runtime, c
 
 def test_the_load_check_compares_servers_request_by_request_and_times_follow_up_turns(runtime: Runtime, capsys,
                                                                                        tmp_path):
-    with running_server(runtime) as (first, _), running_server(tiny_runtime(delay=0.02)) as (slower, _):
+    with running_server(runtime) as (first, _), running_server(tiny_runtime(delay=0.08)) as (slower, _):
         code = cli.main(["serve", "--url", first, "--url", slower, "--concurrency", "1", "--requests", "3",
                          "--max-tokens", "6", "--follow-up", "--out", str(tmp_path / "rows.jsonl")])
     out = capsys.readouterr().out

@@ -14,8 +14,10 @@ The output of 2026-12-04 (AMD EPYC Zen 3, 2 cores, AVX2) is 2026-12-04-rows-arit
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
+from collections.abc import Callable
 from statistics import median
 
 import torch
@@ -30,6 +32,12 @@ LAYER = ((2048, 1536), (1536, 1536), (17920, 1536), (1536, 8960))
 LAYERS = 8
 
 
+def elapsed(call: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     if not quantized_kernels.available():
         sys.exit("the package's kernels do not build here: nothing to time")
@@ -39,18 +47,16 @@ def main() -> None:
     multiply_adds = sum(out * width for out, width in LAYER * LAYERS)
     inputs = {m: {width: torch.randn(m, width) for _, width in LAYER} for m in ROWS}
 
-    def one_pass(m: int) -> float:
-        start = time.perf_counter()
+    def int8_call(m: int) -> None:
         for out, (weights, scales, column_sums) in matrices:
             torch.ops.specdec.int8_linear(inputs[m][weights.shape[1] * 4], weights, scales, column_sums, None, out)
-        return time.perf_counter() - start
 
     times: dict[int, list[float]] = {m: [] for m in ROWS}
     for m in ROWS:  # warm
-        one_pass(m)
+        int8_call(m)
     for _ in range(ROUNDS):
         for m in ROWS:
-            times[m].append(one_pass(m))
+            times[m].append(elapsed(functools.partial(int8_call, m)))
     seconds = {m: median(measured) for m, measured in times.items()}
     prompt_rate = PROMPT_ROWS * multiply_adds / seconds[PROMPT_ROWS]
     print(f"{quantized_kernels.instruction_set()} products, {torch.get_num_threads()} threads; "
@@ -77,9 +83,7 @@ def main() -> None:
     spent: dict[str, list[float]] = {name: [] for name in others}
     for _ in range(ROUNDS):
         for name, call in others.items():
-            start = time.perf_counter()
-            call()
-            spent[name].append(time.perf_counter() - start)
+            spent[name].append(elapsed(call))
     print(f"\na {PROMPT_ROWS}-row call: int8_linear {prompt_rate / 1e9:.0f} GMAC/s, " + ", ".join(
         f"{name} {PROMPT_ROWS * multiply_adds / median(measured) / 1e9:.0f}" for name, measured in spent.items()))
 

@@ -82,8 +82,9 @@ def test_verify_costs_are_measured_per_row_count_and_extrapolated_between():
     cost.observe(step(6, 0, verify_s=0.3))
     assert cost(7) == pytest.approx(0.3)
     assert cost(9) == pytest.approx(0.3 + 2 * 0.03)  # one measurement: the prior slope, 10% a row
-    cost.observe(step(0, 0, verify_s=0.12))
-    assert cost(4) == pytest.approx(0.12 + 3 * (0.3 - 0.12) / 6)  # on the line through both
+    assert cost(1) == cost(3) == pytest.approx(0.3)  # fewer rows than measured: what those cost
+    cost.observe(step(0, 0, verify_s=0.25))
+    assert cost(4) == pytest.approx(0.25 + 3 * (0.3 - 0.25) / 6)  # on the line through both
     cost.observe(step(6, 0, verify_s=0.4))
     assert 0.3 < cost(7) < 0.4  # repeated measurements are averaged, recent ones weigh more
 
@@ -95,6 +96,19 @@ def test_a_pass_over_fewer_rows_is_never_thought_dearer_than_one_measured_over_m
     assert cost(2) == pytest.approx(0.5)  # on the line, capped by the 5-row measurement
     cost.observe(step(0, 0, verify_s=0.4))
     assert cost(2) == pytest.approx(0.4 + (0.5 - 0.4) / 4)
+
+
+def test_after_a_replys_first_pass_a_plain_steps_pass_is_learnt_at_its_cost():
+    # The first step drafts the most before anything is known: 9 rows. A plain step's pass then
+    # costs 0.6 of that one (reading the weights is most of both). Continuing the line below 9 rows
+    # guessed a fifth, and clipping to a guess held the plain steps' cost there for many passes.
+    cost = VerifyCost()
+    cost.observe(step(8, 0, verify_s=0.1))
+    assert cost(1) == pytest.approx(0.1)  # fewer rows than measured: no cheaper than the fewest
+    cost.observe(step(0, 0, verify_s=0.06))
+    assert cost(1) == pytest.approx(0.06)  # a first pass cheaper than the guess is believed
+    cost.observe(step(0, 0, verify_s=0.03))
+    assert cost(1) == pytest.approx(0.7 * 0.06 + 0.3 * 0.06 / 1.25)  # later ones are clipped
 
 
 def test_a_pass_slowed_by_something_else_moves_its_row_counts_cost_by_at_most_a_quarter():
@@ -194,6 +208,7 @@ def test_acceptance_by_confidence_starts_at_the_drafts_own_probability_and_learn
 def test_a_draft_goes_on_after_tokens_it_is_sure_of_and_stops_after_one_it_doubts():
     policy = DraftPolicy(VerifyCost())
     assert policy.keep_drafting([0.15], 0)  # no draft cost measured yet: draft up to K
+    policy.verify_cost.observe(step(0, 0, verify_s=0.06))  # a plain step's pass
     taught(policy, step(4, 3, draft_s=0.04, verify_s=0.1))  # a drafted token costs a tenth of a pass
     assert policy.plan(4) == (2, 0)  # on the average acceptance, 2 tokens a step pay best
     assert policy.keep_drafting([0.97, 0.95], 0)

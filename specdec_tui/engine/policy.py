@@ -78,17 +78,22 @@ class VerifyCost:
     def observe(self, record: StepRecord) -> None:
         """Average in one pass, first clipped to within a quarter of what the table expected of it:
         a pass that another process or the OS slowed would otherwise set a row count's cost for as
-        long as that dearness keeps the policy away from it."""
+        long as that dearness keeps the policy away from it. A row count's first pass is only held
+        to at most a quarter over the table's guess: nothing makes a pass cheaper than its work, so
+        a first pass under the guess is believed (for fewer rows than measured, the guess is the
+        most they can cost)."""
         seconds = record.verify_s
         if self.measured:
             expected = self(record.rows)
-            seconds = min(max(seconds, expected / 1.25), expected * 1.25)
+            least = expected / 1.25 if record.rows in self.measured else 0.0
+            seconds = min(max(seconds, least), expected * 1.25)
         self.measured[record.rows] = _ema(self.measured.get(record.rows), seconds)
 
     def __call__(self, rows: int) -> float:
-        """Measured for ``rows``, else on a line through the measurements; never more than a pass
-        over more rows was measured to cost (such a measurement is noise, and a stale one would
-        steer every choice away from that row count)."""
+        """Measured for ``rows``, else on a line through the measurements (below the fewest rows
+        measured, what those cost); never more than a pass over more rows was measured to cost
+        (such a measurement is noise, and a stale one would steer every choice away from that row
+        count)."""
         estimate = self.measured[rows] if rows in self.measured else self._on_line(rows)
         return min([estimate, *(seconds for measured, seconds in self.measured.items() if measured > rows)])
 
@@ -100,6 +105,13 @@ class VerifyCost:
         known = sorted(self.measured.items())
         if not known:
             return 1.0
+        # A pass over a few rows is bound by reading the weights, so fewer rows than any measured
+        # cost about what the fewest did. The line continued below a reply's first pass (9 rows)
+        # put one row at a fifth of it; each plain step's pass, clipped to within a quarter of that
+        # guess, raised it by under a tenth, and the policy, thinking plain steps cheap, drafted
+        # less for whole replies.
+        if rows < known[0][0]:
+            return known[0][1]
         if len(known) == 1:
             (m, t), slope = known[0], 0.1 * known[0][1]  # a prior: each extra row costs 10% of one
         else:

@@ -1,0 +1,41 @@
+"""Does a verify-cost table that target-only's passes also feed change `hybrid`'s speed? (README,
+"Longer lookup matches, paired (not kept)", last paragraph.)
+
+Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,
+greedy, 128 new tokens, fresh caches, default settings (K = 6, hybrid). Variants:
+
+- S: `hybrid` on the engine target-only also runs on, as `specdec-bench` and a chat that compares
+  replies do: its table learns from target-only's one-row passes too;
+- O: `hybrid` on an engine of its own.
+
+Every reply is asserted equal to target-only's.
+
+Run: .venv/bin/python docs/benchmarks/2026-12-04-shared-table.py S O
+The output is 2026-12-04-shared-table.txt beside this file.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from paired_levers import Reply, decoded, interleaved, print_paired
+
+from specdec_tui.config import Settings
+from specdec_tui.runtime import build_engine, load_runtime
+
+VARIANTS = sys.argv[1:] or ["S", "O"]
+runtime = load_runtime(Settings())
+shared, own = (build_engine(runtime.pair, runtime.settings)[0] for _ in range(2))
+engines = {"target": shared, "S": shared, "O": own}
+
+
+def run(ids: list[int], name: str) -> Reply:
+    engine = engines[name]
+    params = runtime.params(max_new_tokens=128)
+    drafter = None if name == "target" else engine.drafter("hybrid", params)
+    event = decoded(engine, ids, params, drafter)
+    one_row = engine.decoder.verify_cost(1)
+    return event.token_ids, event.summary, f"1-row cost {one_row * 1000:.0f} ms" if drafter else ""
+
+
+print_paired(interleaved(runtime, VARIANTS, run), [("O", "S")])

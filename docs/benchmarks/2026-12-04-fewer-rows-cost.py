@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 
-from paired_levers import Reply, decoded, interleaved, print_paired
+from paired_levers import Reply, hybrid_reply, interleaved, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.metrics import StepRecord
@@ -88,12 +88,7 @@ engines = {name: engine_with(name) for name in ["target", *VARIANTS]}
 def run(ids: list[int], name: str) -> Reply:
     if FRESH and name != "target":
         engines[name] = engine_with(name)
-    engine = engines[name]
-    params = runtime.params(max_new_tokens=128)
-    drafter = None if name == "target" else engine.drafter("hybrid", params)
-    event = decoded(engine, ids, params, drafter)
-    one_row = engine.decoder.verify_cost(1)
-    return event.token_ids, event.summary, f"1-row cost {one_row * 1000:.0f} ms" if drafter else ""
+    return hybrid_reply(runtime, engines[name], ids, name)
 
 
 print_paired(interleaved(runtime, VARIANTS, run), [(a, "L") for a in VARIANTS if a != "L"])

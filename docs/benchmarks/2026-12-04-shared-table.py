@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from paired_levers import Reply, decoded, interleaved, print_paired
+from paired_levers import Reply, hybrid_reply, interleaved, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.runtime import build_engine, load_runtime
@@ -30,12 +30,7 @@ engines = {"target": shared, "S": shared, "O": own}
 
 
 def run(ids: list[int], name: str) -> Reply:
-    engine = engines[name]
-    params = runtime.params(max_new_tokens=128)
-    drafter = None if name == "target" else engine.drafter("hybrid", params)
-    event = decoded(engine, ids, params, drafter)
-    one_row = engine.decoder.verify_cost(1)
-    return event.token_ids, event.summary, f"1-row cost {one_row * 1000:.0f} ms" if drafter else ""
+    return hybrid_reply(runtime, engines[name], ids, name)
 
 
 print_paired(interleaved(runtime, VARIANTS, run), [("O", "S")])

@@ -54,6 +54,16 @@ def decoded(engine: Engine, ids: list[int], params: DecodeParams, drafter: Draft
     raise RuntimeError("a reply ended without its summary")
 
 
+def hybrid_reply(runtime: Runtime, engine: Engine, ids: list[int], name: str) -> Reply:
+    """One reply on ``engine``: target-only for "target", else `hybrid`, with the one-row cost its
+    verify-cost table holds afterwards."""
+    params = runtime.params(max_new_tokens=128)
+    drafter = None if name == "target" else engine.drafter("hybrid", params)
+    event = decoded(engine, ids, params, drafter)
+    one_row = engine.decoder.verify_cost(1)
+    return event.token_ids, event.summary, f"1-row cost {one_row * 1000:.0f} ms" if drafter else ""
+
+
 def interleaved(runtime: Runtime, variants: Sequence[str], run: Callable[[list[int], str], Reply]) -> Ratios:
     """Each variant's tokens/s over target-only's, per category and prompt; a line per prompt."""
     names = ["target", *variants]

@@ -111,6 +111,16 @@ def test_after_a_replys_first_pass_a_plain_steps_pass_is_learnt_at_its_cost():
     assert cost(1) == pytest.approx(0.7 * 0.06 + 0.3 * 0.06 / 1.25)  # later ones are clipped
 
 
+def test_a_step_in_the_verify_curve_is_charged_over_the_rows_around_it_not_to_one_row():
+    # Five rows a pass over the weights: 1-5 rows cost one pass, 6-10 two.
+    cost = VerifyCost()
+    cost.measured = {rows: 0.05 if rows <= 5 else 0.08 for rows in range(1, 11)}
+    assert cost.extra_row(2) == pytest.approx(0.0)  # well inside a pass, another row is free
+    assert cost.extra_row(4) == pytest.approx(0.01)  # a third of the step, from the rows around it
+    assert cost.extra_row(5) == pytest.approx(0.01)  # not the whole step to the sixth row
+    assert cost.extra_row(7) == pytest.approx(0.0)
+
+
 def test_a_pass_slowed_by_something_else_moves_its_row_counts_cost_by_at_most_a_quarter():
     cost = VerifyCost()
     cost.observe(step(0, 0, verify_s=0.1))
@@ -250,11 +260,12 @@ def test_branches_go_where_the_draft_doubted_while_a_row_pays_for_itself():
     sure_then_doubted = [0.95, 0.97, 0.5, 0.3]
     assert policy.place_branches(sure_then_doubted) == []  # nothing measured yet
     policy.rate = 0.3
-    # Rows free up to 6, then 0.5 s each. Expected tokens from a branch: 0.025 / 0.024 at the sure
-    # positions, 0.20 where the chain first meets a doubted token, 0.16 after it.
+    # Rows free up to 6, then 0.5 s each, so a sixth row costs 0.17 s and a seventh 0.33 s (each
+    # row's share of the three-row span around it). Expected tokens from a branch: 0.025 / 0.024 at
+    # the sure positions, 0.20 where the chain first meets a doubted token, 0.16 after it.
     policy.verify_cost.measured = {1: 1.0, 6: 1.0, 7: 1.5, 8: 2.0}
     assert policy.place_branches(sure_then_doubted) == [2, 3]
-    policy.rate = 2.0  # at a faster step's rate the seventh row no longer pays
+    policy.rate = 1.0  # at a faster step's rate the seventh row no longer pays
     assert policy.place_branches(sure_then_doubted) == [2]
     policy.verify_cost.measured = {1: 1.0, 8: 3.1}
     assert policy.place_branches(sure_then_doubted) == []
@@ -285,9 +296,9 @@ SEEN_BEFORE = [5, 1, 1, 1, 7, 8, 9, 4, 2, 0, 3]
 
 def hybrid_with_copies(sure: list[float]) -> tuple[HybridDrafter, DraftPolicy, DraftPolicy]:
     """A hybrid whose model drafts three sure tokens and whose verify passes cost the same up to
-    eight rows and twice as much from nine."""
+    nine rows and twice as much from ten."""
     cost = VerifyCost()
-    cost.measured = {1: 0.1, 8: 0.1, 9: 0.2}
+    cost.measured = {1: 0.1, 9: 0.1, 10: 0.2}
     model_policy, copy_policy = DraftPolicy(cost), DraftPolicy(cost)
     model_policy.observe(step(3, 3, draft_s=0.03, verify_s=0.1))
     model = ModelDrafter(ScriptedDraftModel(SEEN_BEFORE, sure), 16, policy=model_policy)  # type: ignore[arg-type]
@@ -298,7 +309,7 @@ def hybrid_with_copies(sure: list[float]) -> tuple[HybridDrafter, DraftPolicy, D
 def test_a_copy_of_what_followed_the_drafts_last_tokens_goes_after_it_while_its_rows_pay():
     hybrid, _, copy_policy = hybrid_with_copies([0.97] * 8)
     draft = hybrid.propose(SEEN_BEFORE, 3, GREEDY)
-    # Rows 5-8 cost nothing more; the ninth costs a tenth of a second, more than a copied token is worth.
+    # Rows 5-8 cost nothing more; a ninth row's share of the step at ten, more than a copied token is worth.
     assert draft.tokens == [1, 1, 1, 7, 8, 9, 4] and draft.source == "model"
     for _ in range(10):  # copies rejected at once, over and over
         hybrid.observe(step(7, 3), "model")
@@ -312,7 +323,7 @@ def test_a_copy_of_what_followed_the_drafts_last_tokens_goes_after_it_while_its_
 def test_a_copy_after_a_draft_the_target_is_unlikely_to_keep_whole_is_shorter_or_none(sure, copied):
     hybrid, model_policy, _ = hybrid_with_copies(sure)
     model_policy.keep_drafting = lambda confidences, branches: True  # type: ignore[method-assign]
-    model_policy.verify_cost.measured = {1: 0.1, 4: 0.1, 5: 0.11, 6: 0.12, 7: 0.13, 8: 0.14}  # 10 ms a row past 4
+    model_policy.verify_cost.measured = {1: 0.1, 3: 0.1, 4: 0.11, 5: 0.12, 6: 0.13, 7: 0.14, 8: 0.15}  # 10 ms a row past 3
     assert hybrid.propose(SEEN_BEFORE, 3, GREEDY).tokens == [1, 1, 1, *copied]
 
 

@@ -98,8 +98,17 @@ class VerifyCost:
         return min([estimate, *(seconds for measured, seconds in self.measured.items() if measured > rows)])
 
     def extra_row(self, rows: int) -> float:
-        """Seconds one more row adds to a pass over ``rows`` (never less than nothing)."""
-        return max(self(rows + 1) - self(rows), 0.0)
+        """Seconds one more row adds to a pass over ``rows``: the slope over the three rows from
+        ``rows - 1`` to ``rows + 2`` (never less than nothing).
+
+        The difference of two neighbouring row counts' costs swings with either's noise, and the
+        curve has steps where the products start another pass over the weights (at 6 rows with
+        AVX2's five-row passes); charged to one row, such a step, or a row count learnt dear,
+        stops drafts just before it, so the row counts past it are rarely measured again and stay
+        as dear as they were once learnt. Over a span, each row pays its share of the step.
+        """
+        low, high = max(rows - 1, 1), rows + 2
+        return max((self(high) - self(low)) / (high - low), 0.0)
 
     def _on_line(self, rows: int) -> float:
         known = sorted(self.measured.items())

@@ -13,13 +13,13 @@ measured in the same run as the change. Variants:
 
 Every reply is asserted equal to target-only's.
 
-Run: .venv/bin/python docs/benchmarks/2026-12-04-span-extra-row.py A B W     (then A W B X)
-Both runs together, per prompt the mean of W and X over the mean of A and B:
+Run: .venv/bin/python docs/benchmarks/2026-12-04-span-extra-row.py A B W     (then A W B X, then W A X B)
+The runs together, per prompt the mean of W and X over the mean of A and B:
      .venv/bin/python docs/benchmarks/2026-12-04-span-extra-row.py --combine docs/benchmarks/2026-12-04-span-extra-row-*.txt
-The outputs are 2026-12-04-span-extra-row-1.txt and -2.txt beside this file; each line ends with
-the table the variant's engine held after the reply (ms for 1-9 rows). They were taken with this
-script's two tables the other way round (the package's table then the neighbour difference, the
-span a subclass), the same code.
+The outputs are 2026-12-04-span-extra-row-1.txt, -2.txt and -3.txt beside this file; each line ends with
+the table the variant's engine held after the reply (ms for 1-9 rows). The first two were taken
+with this script's two tables the other way round (the package's table then the neighbour
+difference, the span a subclass), the same code; the third with this script.
 """
 
 from __future__ import annotations

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import sys
 
-from paired_levers import Reply, hybrid_reply, interleaved, print_paired
+from paired_levers import Reply, engine_with, hybrid_reply, interleaved, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import VerifyCost, _ema
-from specdec_tui.engine.session import Engine
-from specdec_tui.runtime import build_engine, load_runtime
+from specdec_tui.runtime import load_runtime
 
 
 class LineBelowVerifyCost(VerifyCost):
@@ -75,19 +74,12 @@ VARIANTS = [name for name in sys.argv[1:] if name in TABLES] or ["L", "F"]
 runtime = load_runtime(Settings())
 
 
-def engine_with(name: str) -> Engine:
-    engine = build_engine(runtime.pair, runtime.settings)[0]
-    if name in TABLES:
-        engine.decoder.verify_cost = TABLES[name]()
-    return engine
-
-
-engines = {name: engine_with(name) for name in ["target", *VARIANTS]}
+engines = {name: engine_with(runtime, TABLES.get(name)) for name in ["target", *VARIANTS]}
 
 
 def run(ids: list[int], name: str) -> Reply:
     if FRESH and name != "target":
-        engines[name] = engine_with(name)
+        engines[name] = engine_with(runtime, TABLES[name])
     return hybrid_reply(runtime, engines[name], ids, name)
 
 

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import sys
 
-from paired_levers import Reply, decoded, interleaved, print_paired
+from paired_levers import Reply, decoded, engine_with, interleaved, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.drafters import HybridDrafter
-from specdec_tui.runtime import build_engine, load_runtime
+from specdec_tui.runtime import load_runtime
 
 VARIANTS = sys.argv[1:] or ["M4", "M8"]
 runtime = load_runtime(Settings())
 # Target-only gets an engine of its own: an engine's verify-cost table learns from every pass it
 # runs, so a variant sharing it with target-only would plan from more one-row passes than the other.
-engines = {name: build_engine(runtime.pair, runtime.settings)[0] for name in ["target", *VARIANTS]}
+engines = {name: engine_with(runtime) for name in ["target", *VARIANTS]}
 
 
 def run(ids: list[int], name: str) -> Reply:

@@ -18,6 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
+from specdec_tui.engine.cached_model import common_prefix_length
 from specdec_tui.engine.drafters import PromptLookupDrafter
 
 REPLIES = Path(__file__).with_name("2026-12-04-target-replies.json")
@@ -44,13 +45,6 @@ def target_replies() -> list[dict]:
     return replies
 
 
-def kept(copy: list[int], truth: list[int]) -> int:
-    n = 0
-    while n < min(len(copy), len(truth)) and copy[n] == truth[n]:
-        n += 1
-    return n
-
-
 def score(replies: list[dict], lookup: PromptLookupDrafter) -> tuple[int, float, float, int]:
     """Copies proposed, their mean kept tokens, the share kept not at all, and a walk's copy steps."""
     kept_counts, steps = [], 0
@@ -59,11 +53,11 @@ def score(replies: list[dict], lookup: PromptLookupDrafter) -> tuple[int, float,
         for i in range(len(tokens)):
             copy = lookup.continuation(prompt + tokens[:i], SPAN)
             if copy:
-                kept_counts.append(kept(copy, tokens[i:]))
+                kept_counts.append(common_prefix_length(copy, tokens[i:]))
         i = 0
         while i < len(tokens):
             copy = lookup.continuation(prompt + tokens[:i], SPAN)
-            i += kept(copy, tokens[i:]) + 1
+            i += common_prefix_length(copy, tokens[i:]) + 1
             steps += bool(copy)
     zero = sum(k == 0 for k in kept_counts) / max(len(kept_counts), 1)
     return len(kept_counts), statistics.fmean(kept_counts) if kept_counts else 0.0, zero, steps

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import sys
 
-from paired_levers import Reply, hybrid_reply, interleaved, print_paired
+from paired_levers import Reply, engine_with, hybrid_reply, interleaved, print_paired
 
 from specdec_tui.config import Settings
-from specdec_tui.runtime import build_engine, load_runtime
+from specdec_tui.runtime import load_runtime
 
 VARIANTS = sys.argv[1:] or ["S", "O"]
 runtime = load_runtime(Settings())
-shared, own = (build_engine(runtime.pair, runtime.settings)[0] for _ in range(2))
+shared, own = engine_with(runtime), engine_with(runtime)
 engines = {"target": shared, "S": shared, "O": own}
 
 

@@ -29,12 +29,11 @@ import statistics
 import sys
 from collections import defaultdict
 
-from paired_levers import Reply, hybrid_reply, interleaved, print_paired
+from paired_levers import Reply, engine_with, hybrid_reply, interleaved, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.policy import VerifyCost
-from specdec_tui.engine.session import Engine
-from specdec_tui.runtime import build_engine, load_runtime
+from specdec_tui.runtime import load_runtime
 
 
 class NeighbourVerifyCost(VerifyCost):
@@ -70,14 +69,7 @@ VARIANTS = [name for name in sys.argv[1:] if name in TABLES] or ["A", "B", "W"]
 runtime = load_runtime(Settings())
 
 
-def engine_with(name: str) -> Engine:
-    engine = build_engine(runtime.pair, runtime.settings)[0]
-    if name in TABLES:
-        engine.decoder.verify_cost = TABLES[name]()
-    return engine
-
-
-engines = {name: engine_with(name) for name in ["target", *VARIANTS]}
+engines = {name: engine_with(runtime, TABLES.get(name)) for name in ["target", *VARIANTS]}
 
 
 def run(ids: list[int], name: str) -> Reply:

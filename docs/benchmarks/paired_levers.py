@@ -15,10 +15,10 @@ from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
 from specdec_tui.engine.drafters import Drafter
 from specdec_tui.engine.metrics import RunSummary
-from specdec_tui.engine.policy import DraftPolicy
+from specdec_tui.engine.policy import DraftPolicy, VerifyCost
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.fast_llama import FastLlama
-from specdec_tui.runtime import Runtime
+from specdec_tui.runtime import Runtime, build_engine
 
 #: One reply of a variant ("target" for target-only) to the prompt ids: its token ids, its summary,
 #: and what else the script reports of it.
@@ -43,6 +43,15 @@ def lean_forward(runner: object) -> FastLlama:
     while not isinstance(runner, FastLlama):
         runner = runner.runner
     return runner
+
+
+def engine_with(runtime: Runtime, table: type[VerifyCost] | None = None) -> Engine:
+    """An engine of its own over ``runtime``'s loaded pair, its verify-cost table a new ``table``
+    where one is given (an engine's table learns from every pass it runs)."""
+    engine = build_engine(runtime.pair, runtime.settings)[0]
+    if table is not None:
+        engine.decoder.verify_cost = table()
+    return engine
 
 
 def decoded(engine: Engine, ids: list[int], params: DecodeParams, drafter: Drafter | None) -> FinishedEvent:

@@ -24,12 +24,9 @@ difference, the span a subclass), the same code; the third with this script.
 
 from __future__ import annotations
 
-import re
-import statistics
 import sys
-from collections import defaultdict
 
-from paired_levers import Reply, engine_with, hybrid_reply, interleaved, print_paired
+from paired_levers import Reply, combine, engine_with, hybrid_reply, interleaved, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.policy import VerifyCost
@@ -42,22 +39,6 @@ class NeighbourVerifyCost(VerifyCost):
 
     def extra_row(self, rows: int) -> float:
         return max(self(rows + 1) - self(rows), 0.0)
-
-
-def combine(paths: list[str]) -> None:
-    """Per category, the median over prompts of (mean of W and X) / (mean of A and B), from outputs."""
-    ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for path in paths:
-        with open(path) as output:
-            for line in output:
-                if " | target " in line:
-                    for name, ratio in re.findall(r"\| ([ABWX]) ([\d.]+) ", line):
-                        ratios[line.split(" | ")[0]]["new" if name in "WX" else "old"].append(float(ratio))
-    for category in ("gen-", "edit-", "prose-"):
-        paired = [statistics.mean(by["new"]) / statistics.mean(by["old"])
-                  for prompt, by in ratios.items() if prompt.startswith(category)]
-        print(f"{category} new / old: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
-              f"max {max(paired):.3f}")
 
 
 if sys.argv[1:2] == ["--combine"]:

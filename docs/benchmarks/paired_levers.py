@@ -7,6 +7,7 @@ collected per category and compared between variants, paired per prompt.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -105,3 +106,20 @@ def print_paired(ratios: Ratios, pairs: Sequence[tuple[str, str]]) -> None:
             paired = [x / y for x, y in zip(by[a], by[b], strict=True)]
             print(f"  {a} / {b}: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
                   f"max {max(paired):.3f}")
+
+
+def combine(paths: Sequence[str], new: str = "WX", old: str = "AB") -> None:
+    """Per category, the median over prompts of (mean of the ``new`` variants' ratios) / (mean of the
+    ``old`` ones'), read from the outputs of runs with two engines of each (one letter a variant)."""
+    ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for path in paths:
+        with open(path) as output:
+            for line in output:
+                if " | target " in line:
+                    for name, ratio in re.findall(rf"\| ([{new}{old}]) ([\d.]+) ", line):
+                        ratios[line.split(" | ")[0]]["new" if name in new else "old"].append(float(ratio))
+    for category in ("gen-", "edit-", "prose-"):
+        paired = [statistics.mean(by["new"]) / statistics.mean(by["old"])
+                  for prompt, by in ratios.items() if prompt.startswith(category)]
+        print(f"{category} new / old: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
+              f"max {max(paired):.3f}")

@@ -4,13 +4,13 @@ The file is ``config.toml`` in the user's config folder unless SPECDEC_CONFIG (o
 names another. Its tables mirror the groups below::
 
     [decoding]
-    k = 6
+    k = 8
     tau = 1.0
 
     [models]
     target = "qwen2.5-coder-1.5b"
 
-and the same value from the environment is ``SPECDEC_DECODING__K=6``.
+and the same value from the environment is ``SPECDEC_DECODING__K=8``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class DecodingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     drafter: str = Field("hybrid", description=f"who drafts: {', '.join(DRAFTER_MODES)}")
-    k: int = Field(6, ge=1, le=32, description="most tokens drafted per step")
+    k: int = Field(8, ge=1, le=32, description="most tokens drafted per step")
     tau: float = Field(1.0, gt=0.0, le=1.0, description="1 = lossless; lower accepts more drafts")
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")

@@ -110,15 +110,15 @@ async def test_k_and_tau_keys_change_the_panel_at_once_and_the_next_reply():
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot)
-        assert (knob(app, "K"), knob(app, "tau")) == ("6", "1")
+        assert (knob(app, "K"), knob(app, "tau")) == ("8", "1")
         await pilot.press("f3", "f3", "f4")
-        assert (knob(app, "K"), knob(app, "tau")) == ("8", "0.9")
+        assert (knob(app, "K"), knob(app, "tau")) == ("10", "0.9")
         await send(pilot, "hello")
         run, finished = app.chat.last_run
-        assert (run.params.k, run.params.tau) == (8, 0.9)
+        assert (run.params.k, run.params.tau) == (10, 0.9)
         assert finished.summary.drafted > 0
         await pilot.press("f2", "f5")
-        assert (app.chat.k, app.chat.tau) == (7, 1.0)
+        assert (app.chat.k, app.chat.tau) == (9, 1.0)
 
 
 async def test_the_mode_key_switches_to_target_only_and_back():
@@ -335,9 +335,9 @@ async def test_a_key_rebound_in_the_config_moves_everywhere_it_is_shown():
     async with app.run_test(size=(100, 30)) as pilot:
         await ready(pilot)
         await pilot.press("ctrl+k")
-        assert app.chat.k == 7  # the new key works
+        assert app.chat.k == 9  # the new key works
         await pilot.press("f3")
-        assert app.chat.k == 7  # the old one no longer does
+        assert app.chat.k == 9  # the old one no longer does
         assert "f10 Compare" in _plain(app.query_one(".welcome"))
         await pilot.press("f1")
         help_text = _plain(app.screen.query_one("#help-keys"))
@@ -492,7 +492,7 @@ async def test_a_chat_exports_to_markdown_and_json_with_each_replys_metrics():
         _run, finished = app.chat.last_run
         text = markdown.read_text()
         assert "## You\n\ndef add(a, b):" in text and f"## Assistant\n\n{finished.text}" in text
-        assert "*mode hybrid · K 6 · tau 1 · " in text and f"{finished.summary.new_tokens} tokens*" in text
+        assert "*mode hybrid · K 8 · tau 1 · " in text and f"{finished.summary.new_tokens} tokens*" in text
         exported = json.loads(data.read_text())
         assert [m["role"] for m in exported["messages"]] == ["user", "assistant"]
         assert exported["messages"][1]["content"] == finished.text

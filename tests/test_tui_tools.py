@@ -105,14 +105,14 @@ async def test_a_chats_own_settings_are_validated_saved_and_restored_after_a_res
     restarted = make_app(History(path))
     async with restarted.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
-        assert restarted.chat.options.k == 6  # a new chat starts from the settings
+        assert restarted.chat.options.k == 8  # a new chat starts from the settings
         restarted.chat.open_chat(chat)
         await pilot.pause()
         options = restarted.chat.options
         assert (options.k, options.temperature, options.mode, options.system_prompt) == (
             7, 0.5, "prompt-lookup", "Answer in one word.")
         await pilot.press("ctrl+n")
-        assert restarted.chat.options.k == 6
+        assert restarted.chat.options.k == 8
 
 
 async def test_chats_are_renamed_deleted_after_asking_and_found_by_search(tmp_path: Path):

@@ -42,7 +42,7 @@ class Origin(StrEnum):
 
 @dataclass(frozen=True)
 class DecodeParams:
-    k: int = 6
+    k: int = 8
     tau: float = 1.0
     temperature: float = 0.0
     top_p: float = 1.0

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-from paired_levers import Reply, combine, decoded, engine_with, interleaved, print_paired
+from paired_levers import Reply, combine, decoded, engine_with, interleaved, print_paired, two_engine_pairs
 
 from specdec_tui.config import Settings
 from specdec_tui.runtime import load_runtime
@@ -44,5 +44,4 @@ def run(ids: list[int], name: str) -> Reply:
 
 
 old, new = [v for v in VARIANTS if K[v] == 6], [v for v in VARIANTS if K[v] == 8]
-print_paired(interleaved(runtime, VARIANTS, run), [*zip(new[1:], new[:1]), *zip(old[1:], old[:1]),
-                                                    *((n, o) for n in new for o in old)])
+print_paired(interleaved(runtime, VARIANTS, run), two_engine_pairs(new, old))

@@ -26,7 +26,15 @@ from __future__ import annotations
 
 import sys
 
-from paired_levers import Reply, combine, engine_with, hybrid_reply, interleaved, print_paired
+from paired_levers import (
+    Reply,
+    combine,
+    engine_with,
+    hybrid_reply,
+    interleaved,
+    print_paired,
+    two_engine_pairs,
+)
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.policy import VerifyCost
@@ -62,5 +70,4 @@ def run(ids: list[int], name: str) -> Reply:
 
 
 old, new = [v for v in VARIANTS if v in "AB"], [v for v in VARIANTS if v in "WX"]
-print_paired(interleaved(runtime, VARIANTS, run), [*zip(new[1:], new[:1]), *zip(old[1:], old[:1]),
-                                                    *((n, o) for n in new for o in old)])
+print_paired(interleaved(runtime, VARIANTS, run), two_engine_pairs(new, old))

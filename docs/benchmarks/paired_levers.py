@@ -108,6 +108,11 @@ def print_paired(ratios: Ratios, pairs: Sequence[tuple[str, str]]) -> None:
                   f"max {max(paired):.3f}")
 
 
+def two_engine_pairs(new: Sequence[str], old: Sequence[str]) -> list[tuple[str, str]]:
+    """The ratios a run with up to two engines of each variant prints: the second engine of each
+    over its first (the spread between identical engines), then every new engine over every old."""
+    return [*zip(new[1:], new[:1]), *zip(old[1:], old[:1]), *((n, o) for n in new for o in old)]
+
 def combine(paths: Sequence[str], new: str = "WX", old: str = "AB") -> None:
     """Per category, the median over prompts of (mean of the ``new`` variants' ratios) / (mean of the
     ``old`` ones'), read from the outputs of runs with two engines of each (one letter a variant)."""

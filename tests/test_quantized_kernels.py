@@ -186,6 +186,30 @@ def test_wide_passes_come_back_as_they_were_after_a_block_that_set_them():
 
 @needs_kernels
 @pytest.mark.parametrize("name", list(INSTRUCTION_SETS))
+def test_a_lone_rows_products_are_the_same_bits_whether_or_not_it_fetches_ahead(name: str):
+    if name not in quantized_kernels.instruction_sets():
+        pytest.skip(f"this processor has no {name}")
+    torch.manual_seed(11)
+    for kind, layer in (("int8", PackedInt8Linear(linear(45, 700, True, 8))),
+                        ("int4", PackedInt4Linear(linear(21, 700, True, 9)))):
+        x = torch.randn(1, layer.in_features) * 3
+        with quantized_kernels.using_instruction_set(name):
+            chosen = layer(x)
+            with quantized_kernels.using_lone_row_prefetch(True):
+                fetching = layer(x)
+                with quantized_kernels.using_lone_row_prefetch(False):
+                    not_fetching = layer(x)
+                after_inner = layer(x)
+        assert torch.equal(fetching, chosen), kind
+        assert torch.equal(not_fetching, chosen), kind
+        assert torch.equal(after_inner, chosen), kind
+    assert torch.ops.specdec.use_lone_row_prefetch(-1) == -1  # every block gave back the one before it
+    with pytest.raises(RuntimeError, match="use_lone_row_prefetch: -1, 0 or 1, not 2"):
+        torch.ops.specdec.use_lone_row_prefetch(2)
+
+
+@needs_kernels
+@pytest.mark.parametrize("name", list(INSTRUCTION_SETS))
 def test_every_instruction_set_gives_the_avx2_numbers_bit_for_bit_and_blocks_equal_single_rows(name: str):
     if name not in quantized_kernels.instruction_sets():
         pytest.skip(f"this processor has no {name}")

@@ -163,6 +163,20 @@ def using_wide_passes(on: bool) -> Iterator[None]:
         torch.ops.specdec.use_wide_passes(previous)
 
 
+@contextmanager
+def using_lone_row_prefetch(on: bool | None) -> Iterator[None]:
+    """Inside the block, a lone row's products fetch their weights ahead in software (``True``), do
+    not (``False``), or do as the instruction set chooses (``None``, the default: not on AVX2); the
+    numbers are the same either way (for tests and measurements)."""
+    if not available():
+        raise RuntimeError("the package's kernels are not loaded here")
+    previous = torch.ops.specdec.use_lone_row_prefetch(-1 if on is None else int(on))
+    try:
+        yield
+    finally:
+        torch.ops.specdec.use_lone_row_prefetch(previous)
+
+
 def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``weight`` [N, K] as the kernel reads it: int8 blocks, per-column scales and column sums.
 

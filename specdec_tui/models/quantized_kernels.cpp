@@ -72,8 +72,8 @@ struct Products {
 // Two 8-lane accumulators per row and the two weight vectors fit AVX2's 16 registers at 5 rows.
 // A lone row fetches nothing ahead (int8) or only the near lines (int4): on an AMD EPYC (Zen 3)
 // without VNNI, one-row passes of the default pair, alternating with the fetching ones pass by
-// pass, took 0.85-0.91x the time on the int8 target and 0.96-0.98x on the int4 draft, while
-// passes of three to five rows were 1.1-1.2x slower without it.
+// pass, took 0.85-0.98x the time on the int8 target and 0.96-0.98x on the int4 draft, while in a
+// C++ loop over int8 blocks passes of three to five rows were 1.05-1.2x slower without it.
 #define SPECDEC_ISA avx2
 #define SPECDEC_TARGET
 #define SPECDEC_LONE_ROW_PREFETCH false

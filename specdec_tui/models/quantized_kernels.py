@@ -29,12 +29,15 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import platformdirs
 import torch
+
+T = TypeVar("T")
 
 SOURCE = Path(__file__).with_name("quantized_kernels.cpp")
 PRODUCTS_SOURCE = Path(__file__).with_name("quantized_products.inc")  # included by SOURCE
@@ -151,30 +154,29 @@ def using_instruction_set(name: str) -> Iterator[None]:
 
 
 @contextmanager
-def using_wide_passes(on: bool) -> Iterator[None]:
-    """Inside the block, calls of many rows (a prompt) take AVX-512 VNNI's 512-bit passes or not;
-    the numbers are the same either way (for tests and measurements)."""
-    if not available():
+def _kernel_setting(op: str, value: T) -> Iterator[None]:
+    """``torch.ops.specdec.<op>(value)`` inside the block, then the setting it returned as the one before."""
+    if not available():  # which also loads the library, and with it the op
         raise RuntimeError("the package's kernels are not loaded here")
-    previous = torch.ops.specdec.use_wide_passes(on)
+    use: Callable[[T], T] = getattr(torch.ops.specdec, op)
+    previous = use(value)
     try:
         yield
     finally:
-        torch.ops.specdec.use_wide_passes(previous)
+        use(previous)
 
 
-@contextmanager
-def using_lone_row_prefetch(on: bool | None) -> Iterator[None]:
+def using_wide_passes(on: bool) -> AbstractContextManager[None]:
+    """Inside the block, calls of many rows (a prompt) take AVX-512 VNNI's 512-bit passes or not;
+    the numbers are the same either way (for tests and measurements)."""
+    return _kernel_setting("use_wide_passes", on)
+
+
+def using_lone_row_prefetch(on: bool | None) -> AbstractContextManager[None]:
     """Inside the block, a lone row's products fetch their weights ahead in software (``True``), do
     not (``False``), or do as the instruction set chooses (``None``, the default: not on AVX2); the
     numbers are the same either way (for tests and measurements)."""
-    if not available():
-        raise RuntimeError("the package's kernels are not loaded here")
-    previous = torch.ops.specdec.use_lone_row_prefetch(-1 if on is None else int(on))
-    try:
-        yield
-    finally:
-        torch.ops.specdec.use_lone_row_prefetch(previous)
+    return _kernel_setting("use_lone_row_prefetch", -1 if on is None else int(on))
 
 
 def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

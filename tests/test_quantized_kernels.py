@@ -186,26 +186,27 @@ def test_wide_passes_come_back_as_they_were_after_a_block_that_set_them():
 
 @needs_kernels
 @pytest.mark.parametrize("name", list(INSTRUCTION_SETS))
-def test_a_lone_rows_products_are_the_same_bits_whether_or_not_it_fetches_ahead(name: str):
+def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(name: str):
     if name not in quantized_kernels.instruction_sets():
         pytest.skip(f"this processor has no {name}")
     torch.manual_seed(11)
     for kind, layer in (("int8", PackedInt8Linear(linear(45, 700, True, 8))),
                         ("int4", PackedInt4Linear(linear(21, 700, True, 9)))):
-        x = torch.randn(1, layer.in_features) * 3
-        with quantized_kernels.using_instruction_set(name):
-            chosen = layer(x)
-            with quantized_kernels.using_lone_row_prefetch(True):
-                fetching = layer(x)
-                with quantized_kernels.using_lone_row_prefetch(False):
-                    not_fetching = layer(x)
-                after_inner = layer(x)
-        assert torch.equal(fetching, chosen), kind
-        assert torch.equal(not_fetching, chosen), kind
-        assert torch.equal(after_inner, chosen), kind
-    assert torch.ops.specdec.use_lone_row_prefetch(-1) == -1  # every block gave back the one before it
-    with pytest.raises(RuntimeError, match="use_lone_row_prefetch: -1, 0 or 1, not 2"):
-        torch.ops.specdec.use_lone_row_prefetch(2)
+        for rows in (1, 2):
+            x = torch.randn(rows, layer.in_features) * 3
+            with quantized_kernels.using_instruction_set(name):
+                chosen = layer(x)
+                with quantized_kernels.using_short_pass_prefetch(True):
+                    fetching = layer(x)
+                    with quantized_kernels.using_short_pass_prefetch(False):
+                        not_fetching = layer(x)
+                    after_inner = layer(x)
+            assert torch.equal(fetching, chosen), (kind, rows)
+            assert torch.equal(not_fetching, chosen), (kind, rows)
+            assert torch.equal(after_inner, chosen), (kind, rows)
+    assert torch.ops.specdec.use_short_pass_prefetch(-1) == -1  # every block gave back the one before it
+    with pytest.raises(RuntimeError, match="use_short_pass_prefetch: -1, 0 or 1, not 2"):
+        torch.ops.specdec.use_short_pass_prefetch(2)
 
 
 @needs_kernels

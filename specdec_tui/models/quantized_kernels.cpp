@@ -42,9 +42,10 @@ constexpr int64_t kFarPrefetchBytes = 16384; // and into L2
 constexpr int64_t kInt4Columns = 8;    // output columns per int4 block: one 8-lane vector
 constexpr int64_t kInt4Group = 64;     // inputs sharing one int4 scale and minimum
 constexpr int kMostRows = 12;          // the most rows per pass any instruction set takes
-// Whether a lone row's pass (a one-token step) fetches its weights ahead in software: -1 as each
-// instruction set chooses (SPECDEC_LONE_ROW_PREFETCH), 0 or 1 to override that (for measurements).
-std::atomic<int> lone_row_prefetch{-1};
+// Whether passes of one or two rows (a one-token step, a short verify) fetch their weights ahead in
+// software as longer ones do: -1 as each instruction set chooses (SPECDEC_SHORT_PASS_PREFETCH), 0 or
+// 1 to override that (for measurements).
+std::atomic<int> short_pass_prefetch{-1};
 
 // One instruction set's products: int8 multiplies up to int8_rows rows with one block of weights
 // (sums [rows, 16]), int4 up to int4_rows rows (out [rows, 8], before the rows' scales). A set with
@@ -70,13 +71,14 @@ struct Products {
 }  // namespace
 
 // Two 8-lane accumulators per row and the two weight vectors fit AVX2's 16 registers at 5 rows.
-// A lone row fetches nothing ahead (int8) or only the near lines (int4): on an AMD EPYC (Zen 3)
-// without VNNI, one-row passes of the default pair, alternating with the fetching ones pass by
-// pass, took 0.85-0.98x the time on the int8 target and 0.96-0.98x on the int4 draft, while in a
-// C++ loop over int8 blocks passes of three to five rows were 1.05-1.2x slower without it.
+// Short passes fetch less ahead: a lone row nothing (int8) or only the near lines (int4), two rows
+// only the near lines. On an AMD EPYC (Zen 3) without VNNI, passes of the default pair alternating
+// with the fetching ones pass by pass took 0.85-0.98x the time at one row on the int8 target,
+// 0.96-0.98x on the int4 draft, 0.82-0.94x at two rows; at three to six rows fetching less was
+// 1.02-1.12x slower.
 #define SPECDEC_ISA avx2
 #define SPECDEC_TARGET
-#define SPECDEC_LONE_ROW_PREFETCH false
+#define SPECDEC_SHORT_PASS_PREFETCH false
 #define SPECDEC_INT8_ROWS 5
 #define SPECDEC_INT4_ROWS 3
 namespace {
@@ -84,7 +86,7 @@ namespace {
 }
 
 #define SPECDEC_ISA avx_vnni
-#define SPECDEC_LONE_ROW_PREFETCH true
+#define SPECDEC_SHORT_PASS_PREFETCH true
 #define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define SPECDEC_DPBUSD _mm256_dpbusd_avx_epi32
 #define SPECDEC_INT8_ROWS 6
@@ -98,7 +100,7 @@ namespace {
 // registers, sixteen rows a pass, an AMD EPYC ran 16-row passes faster but 5- and 9-row ones slower:
 // calls of many rows, a prompt's, take the wide passes, two blocks of weights and 12 rows at a time.)
 #define SPECDEC_ISA avx512_vnni
-#define SPECDEC_LONE_ROW_PREFETCH true
+#define SPECDEC_SHORT_PASS_PREFETCH true
 #define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define SPECDEC_DPBUSD _mm256_dpbusd_epi32
 #define SPECDEC_INT8_ROWS 12
@@ -159,9 +161,9 @@ std::string instruction_set() { return chosen.load()->name; }
 
 // The previous setting, so a caller can put it back.
 bool use_wide_passes(bool on) { return wide_passes.exchange(on); }
-int64_t use_lone_row_prefetch(int64_t setting) {
-  TORCH_CHECK(setting >= -1 && setting <= 1, "use_lone_row_prefetch: -1, 0 or 1, not ", setting);
-  return lone_row_prefetch.exchange(static_cast<int>(setting));
+int64_t use_short_pass_prefetch(int64_t setting) {
+  TORCH_CHECK(setting >= -1 && setting <= 1, "use_short_pass_prefetch: -1, 0 or 1, not ", setting);
+  return short_pass_prefetch.exchange(static_cast<int>(setting));
 }
 
 void use_instruction_set(const std::string& name) {
@@ -834,7 +836,7 @@ TORCH_LIBRARY(specdec, m) {
   m.def("instruction_set() -> str", &instruction_set);
   m.def("use_instruction_set(str name) -> ()", &use_instruction_set);
   m.def("use_wide_passes(bool on) -> bool", &use_wide_passes);
-  m.def("use_lone_row_prefetch(int setting) -> int", &use_lone_row_prefetch);
+  m.def("use_short_pass_prefetch(int setting) -> int", &use_short_pass_prefetch);
   m.def("decoder_layers(Tensor x, Tensor cos, Tensor sin, Tensor(a!)[] keys, Tensor(b!)[] values, int length, "
         "int heads, float scale, float eps, Tensor[] norms, int[] kinds, Tensor[] weights, Tensor[] biases, "
         "int[] out_features, Tensor? visible=None) -> Tensor",

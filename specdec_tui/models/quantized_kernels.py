@@ -172,11 +172,12 @@ def using_wide_passes(on: bool) -> AbstractContextManager[None]:
     return _kernel_setting("use_wide_passes", on)
 
 
-def using_lone_row_prefetch(on: bool | None) -> AbstractContextManager[None]:
-    """Inside the block, a lone row's products fetch their weights ahead in software (``True``), do
-    not (``False``), or do as the instruction set chooses (``None``, the default: not on AVX2); the
-    numbers are the same either way (for tests and measurements)."""
-    return _kernel_setting("use_lone_row_prefetch", -1 if on is None else int(on))
+def using_short_pass_prefetch(on: bool | None) -> AbstractContextManager[None]:
+    """Inside the block, passes of one or two rows fetch their weights ahead in software as longer
+    ones do (``True``), fetch less (``False``: a lone int8 row nothing, two rows and a lone int4 row
+    only the near lines), or do as the instruction set chooses (``None``, the default: less on
+    AVX2); the numbers are the same either way (for tests and measurements)."""
+    return _kernel_setting("use_short_pass_prefetch", -1 if on is None else int(on))
 
 
 def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

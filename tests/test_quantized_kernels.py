@@ -168,6 +168,14 @@ def test_an_instruction_set_the_processor_lacks_is_refused_in_one_line_and_chang
     assert quantized_kernels.instruction_set() == fastest
 
 
+@pytest.fixture(params=list(INSTRUCTION_SETS))
+def instruction_set_here(request: pytest.FixtureRequest) -> str:
+    """Each instruction set of the kernels' products, skipped where this processor cannot run it."""
+    if request.param not in quantized_kernels.instruction_sets():
+        pytest.skip(f"this processor has no {request.param}")
+    return request.param
+
+
 @needs_kernels
 def test_wide_passes_come_back_as_they_were_after_a_block_that_set_them():
     def wide() -> bool:  # the setting, read by setting it to itself
@@ -185,10 +193,8 @@ def test_wide_passes_come_back_as_they_were_after_a_block_that_set_them():
 
 
 @needs_kernels
-@pytest.mark.parametrize("name", list(INSTRUCTION_SETS))
-def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(name: str):
-    if name not in quantized_kernels.instruction_sets():
-        pytest.skip(f"this processor has no {name}")
+def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(instruction_set_here: str):
+    name = instruction_set_here
     torch.manual_seed(11)
     for kind, layer in (("int8", PackedInt8Linear(linear(45, 700, True, 8))),
                         ("int4", PackedInt4Linear(linear(21, 700, True, 9)))):
@@ -210,10 +216,8 @@ def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(name: s
 
 
 @needs_kernels
-@pytest.mark.parametrize("name", list(INSTRUCTION_SETS))
-def test_every_instruction_set_gives_the_avx2_numbers_bit_for_bit_and_blocks_equal_single_rows(name: str):
-    if name not in quantized_kernels.instruction_sets():
-        pytest.skip(f"this processor has no {name}")
+def test_every_instruction_set_gives_the_avx2_numbers_bit_for_bit_and_blocks_equal_single_rows(instruction_set_here: str):
+    name = instruction_set_here
     torch.manual_seed(7)
     for kind, layer in (("int8", PackedInt8Linear(linear(45, 130, True, 8))),
                         ("int4", PackedInt4Linear(linear(21, 200, True, 9)))):

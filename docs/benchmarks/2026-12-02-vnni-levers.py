@@ -1,4 +1,4 @@
-"""The paired lever run of 2026-12-02 (README, "Branches and longer copies, paired").
+"""The paired lever run of 2026-12-02 (this folder's README, "Branches and longer copies, paired").
 
 Interleaved per prompt in one process (the order rotates from prompt to prompt), all 28 prompts,
 greedy, 128 new tokens, fresh caches, default settings otherwise; each variant has its own engine

@@ -1,5 +1,5 @@
 """The paired lever run of 2026-12-03 for a draft head limited to the leading ids and the context's
-(README, "A draft head of the context's ids, paired").
+(this folder's README, "A draft head of the context's ids, paired").
 
 Interleaved per prompt in one process (the order rotates from prompt to prompt), all 28 prompts,
 greedy, 128 new tokens, fresh caches, default settings (K = 6, hybrid); one engine per variant

@@ -1,4 +1,4 @@
-"""The paired lever run for a copy after a model draft (README, "A copy after the draft, paired").
+"""The paired lever run for a copy after a model draft (this folder's README, "A copy after the draft, paired").
 
 Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,
 greedy, 128 new tokens, fresh caches, default settings (K = 6, hybrid), each variant with its own

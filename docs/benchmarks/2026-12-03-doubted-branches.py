@@ -1,4 +1,4 @@
-"""The paired lever run of 2026-12-03 for branches placed where the draft doubted (README,
+"""The paired lever run of 2026-12-03 for branches placed where the draft doubted (this folder's README,
 "Branches where the draft doubts, paired").
 
 Interleaved per prompt in one process (the order rotates from prompt to prompt), all 28 prompts,

@@ -1,5 +1,5 @@
 """How often a cheap projected draft head would still find the draft's own greedy token (2026-12-03;
-README, "A pass's own overhead, paired"). Measured offline, nothing of it is in the engine.
+this folder's README, "A pass's own overhead, paired"). Measured offline, nothing of it is in the engine.
 
 The default draft's int4 output head (152k ids x 896) is 2.2 ms of its 10.2 ms token. A head over a
 rank-r projection, W U (U^T h), reads r / 896 of those bytes; if the exact head then scored only the

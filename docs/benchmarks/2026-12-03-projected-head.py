@@ -1,4 +1,4 @@
-"""The paired lever run of 2026-12-03 for a projected draft head, fitted online (README, "A pass's own
+"""The paired lever run of 2026-12-03 for a projected draft head, fitted online (this folder's README, "A pass's own
 overhead, paired"). Not in the engine: the head is set up here.
 
 P: the draft's head estimates every logit through a rank-128 projection of its hidden state, W U

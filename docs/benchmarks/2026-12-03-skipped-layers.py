@@ -1,5 +1,5 @@
 """How often the draft still proposes the target's token with one of its layers left out (2026-12-03;
-README, "A prompt's passes, paired"). Measured offline, nothing of it is in the engine.
+this folder's README, "A pass's own overhead, paired"). Measured offline, nothing of it is in the engine.
 
 A draft token is its weights' bytes, 1/24 of its layers' in each layer; a draft that skipped a layer
 would be that much cheaper if it kept proposing what the target writes. Here: the target's own greedy

@@ -1,5 +1,5 @@
 """The paired lever run of 2026-12-03 for what a forward pass spent outside its weights' products
-(README, "A pass's own overhead, paired").
+(this folder's README, "A pass's own overhead, paired").
 
 Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,
 greedy, 128 new tokens, fresh caches, default settings (K = 6, hybrid); one engine per variant over

@@ -1,4 +1,4 @@
-"""The paired lever runs of 2026-12-03 (README, "Drafting by confidence, paired").
+"""The paired lever runs of 2026-12-03 (this folder's README, "Drafting by confidence, paired").
 
 Interleaved per prompt in one process (the order rotates from prompt to prompt), all 28 prompts,
 greedy, 128 new tokens, fresh caches, default settings otherwise; each variant has its own engine

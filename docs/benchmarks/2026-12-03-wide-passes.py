@@ -1,5 +1,5 @@
 """The paired lever run of 2026-12-03 for the 512-bit passes of calls of many rows, a prompt's
-(README, "A prompt's passes, paired").
+(this folder's README, "A prompt's passes, paired").
 
 Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,
 greedy, 128 new tokens, fresh caches, default settings (K = 6, hybrid). Every reply is timed from

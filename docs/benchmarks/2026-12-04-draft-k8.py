@@ -1,5 +1,5 @@
 """The paired lever run for the most tokens a model draft may take, K = 8 (the default since this
-run) against 6 (the default before it) (README, "A longer model draft, paired").
+run) against 6 (the default before it) (this folder's README, "A longer model draft, paired").
 
 Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,
 greedy, 128 new tokens, fresh caches, default settings but K (given to every variant), each variant

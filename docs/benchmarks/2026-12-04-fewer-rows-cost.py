@@ -1,5 +1,5 @@
 """The paired lever run for what the verify-cost table thinks a pass over fewer rows than any it
-has measured costs (README, "Fewer rows than measured, paired").
+has measured costs (this folder's README, "Fewer rows than measured, paired").
 
 Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,
 greedy, 128 new tokens, fresh caches, default settings (K = 6, hybrid), each variant and target-only

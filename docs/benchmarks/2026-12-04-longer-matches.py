@@ -1,4 +1,4 @@
-"""The paired lever run for prompt lookups that match up to 8 tokens back instead of 4 (README,
+"""The paired lever run for prompt lookups that match up to 8 tokens back instead of 4 (this folder's README,
 "Longer lookup matches, paired").
 
 Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,

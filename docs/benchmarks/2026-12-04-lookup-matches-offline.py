@@ -1,5 +1,5 @@
 """Offline, before the paired run: what matching up to 8 tokens back instead of 4 changes in the
-copies `hybrid`'s prompt lookup proposes (README, "Longer lookup matches, paired").
+copies `hybrid`'s prompt lookup proposes (this folder's README, "Longer lookup matches, paired").
 
 The target's greedy replies to every suite prompt (target-only, 128 new tokens) are decoded once and
 kept in a JSON file beside the output; then, at every position of every reply, the lookup (3-gram

@@ -1,4 +1,4 @@
-"""Does a verify-cost table that target-only's passes also feed change `hybrid`'s speed? (README,
+"""Does a verify-cost table that target-only's passes also feed change `hybrid`'s speed? (this folder's README,
 "Longer lookup matches, paired (not kept)", last paragraph.)
 
 Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,

@@ -1,4 +1,4 @@
-"""The paired run for short passes fetching less ahead on AVX2 (README, "Short passes' fetching, paired").
+"""The paired run for short passes fetching less ahead on AVX2 (this folder's README, "Short passes' fetching, paired").
 
 First the passes themselves on the loaded pair, after a context of 300 tokens: a draft token and
 target passes over one, two and three rows (three rows fetch as before either way: a control), each

@@ -1,5 +1,5 @@
-// Whether a prompt's int8 products on AVX2 would be faster with "signed rows" (2026-12-04; README,
-// "What a step costs"). One thread, 124 rows a call, each block of weights in cache across its passes:
+// Whether a prompt's int8 products on AVX2 would be faster with "signed rows" (2026-12-04; this folder's README,
+// "Inside a step, on the AVX2 hosts"). One thread, 124 rows a call, each block of weights in cache across its passes:
 // the arithmetic-bound case a prompt's call is, where the signed rows were expected to win.
 //
 // Today's products (the package's AVX2 block_products, five rows a pass): each activation stored as

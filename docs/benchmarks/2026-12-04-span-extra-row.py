@@ -1,4 +1,4 @@
-"""The paired lever run for what one more verify row costs (README, "One more row's cost, over a
+"""The paired lever run for what one more verify row costs (this folder's README, "One more row's cost, over a
 span, paired").
 
 Interleaved per prompt in one process (the order rotating from prompt to prompt), all 28 prompts,

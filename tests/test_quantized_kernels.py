@@ -168,6 +168,14 @@ def test_an_instruction_set_the_processor_lacks_is_refused_in_one_line_and_chang
     assert quantized_kernels.instruction_set() == fastest
 
 
+def kernel_setting(op: str, probe: bool | int) -> bool | int:
+    """A kernel setting's current value, read by setting it (``torch.ops.specdec.<op>``) and putting it back."""
+    use = getattr(torch.ops.specdec, op)
+    current = use(probe)
+    use(current)
+    return current
+
+
 @pytest.fixture(params=list(INSTRUCTION_SETS))
 def instruction_set_here(request: pytest.FixtureRequest) -> str:
     """Each instruction set of the kernels' products, skipped where this processor cannot run it."""
@@ -178,27 +186,17 @@ def instruction_set_here(request: pytest.FixtureRequest) -> str:
 
 @needs_kernels
 def test_wide_passes_come_back_as_they_were_after_a_block_that_set_them():
-    def wide() -> bool:  # the setting, read by setting it to itself
-        on = torch.ops.specdec.use_wide_passes(True)
-        torch.ops.specdec.use_wide_passes(on)
-        return on
-
-    assert wide()  # on by default
+    assert kernel_setting("use_wide_passes", True)  # on by default
     with quantized_kernels.using_wide_passes(False):
-        assert not wide()
+        assert not kernel_setting("use_wide_passes", True)
         with quantized_kernels.using_wide_passes(True):
-            assert wide()
-        assert not wide()  # the inner block gave back the outer one's setting
-    assert wide()
+            assert kernel_setting("use_wide_passes", True)
+        assert not kernel_setting("use_wide_passes", True)  # the inner block gave back the outer one's setting
+    assert kernel_setting("use_wide_passes", True)
 
 
 @needs_kernels
 def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(instruction_set_here: str):
-    def short_pass_setting() -> int:  # the setting, read by setting it to itself
-        setting = torch.ops.specdec.use_short_pass_prefetch(-1)
-        torch.ops.specdec.use_short_pass_prefetch(setting)
-        return setting
-
     name = instruction_set_here
     torch.manual_seed(11)
     for kind, layer in (("int8", PackedInt8Linear(linear(45, 700, True, 8))),
@@ -211,10 +209,10 @@ def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(instruc
                     fetching = layer(x)
                     with quantized_kernels.using_short_pass_prefetch(False):
                         not_fetching = layer(x)
-                    assert short_pass_setting() == 1  # the inner block gave back the outer one's setting
+                    assert kernel_setting("use_short_pass_prefetch", -1) == 1  # the inner block gave back the outer one's setting
             assert torch.equal(fetching, chosen), (kind, rows)
             assert torch.equal(not_fetching, chosen), (kind, rows)
-    assert short_pass_setting() == -1  # every block gave back the one before it
+    assert kernel_setting("use_short_pass_prefetch", -1) == -1  # every block gave back the one before it
     with pytest.raises(RuntimeError, match="use_short_pass_prefetch: -1, 0 or 1, not 2"):
         torch.ops.specdec.use_short_pass_prefetch(2)
 

@@ -7,7 +7,7 @@ groups' int16 pairs before one widening takes three, but a lane then holds four 
 a lane's positive weights (or its negative weights' magnitudes) sum past 32767 / 127 = 258 the sum
 can leave int16. Such group pairs have to be taken apart to keep the sums exact.
 
-This script reports, over every int8 matrix of the default target, the share of group pairs (16
+This script reports, over every int8 matrix of the default target's layers, the share of group pairs (16
 columns x 8 inputs) that fit. With the patch beside it applied (``git apply
 docs/benchmarks/2026-12-05-paired-groups.patch``: the paired passes for calls of 32 rows or more,
 each block's unfitting pairs marked once at load, a step over a marked pair taking the two groups
@@ -61,14 +61,14 @@ def main() -> None:
         return
 
     timed = linears[4 * 4 : 12 * 4]
-    unmarked = [torch.zeros_like(linear.unsafe_pairs) for linear in timed]
+    no_marks = [torch.zeros_like(linear.unsafe_pairs) for linear in timed]
     torch.manual_seed(0)
     inputs = {m: {width: torch.randn(m, width) for width in {linear.in_features for linear in timed}} for m in ROWS}
 
     def call(m: int, way: str) -> list[torch.Tensor]:
         outs = []
-        for linear, none in zip(timed, unmarked, strict=True):
-            marks = linear.unsafe_pairs if way != "paired, no marks" else none
+        for linear, zeros in zip(timed, no_marks, strict=True):
+            marks = zeros if way == "paired, no marks" else linear.unsafe_pairs
             outs.append(torch.ops.specdec.int8_linear(inputs[m][linear.in_features], linear.packed, linear.scales,
                                                       linear.column_sums, linear.bias, linear.out_features, marks))
         return outs

@@ -391,6 +391,26 @@ def test_the_fast_runner_runs_each_layer_as_one_kernel_call_or_as_torchscript_wi
     assert torch.equal(fast, logits())
 
 
+def test_a_long_prompts_last_layer_carries_on_only_the_rows_whose_logits_are_asked_for():
+    runner = FastLlama.from_model(tiny_model("qwen2"), "int8", exact=True)
+    if runner.kernel_layers is None:
+        pytest.skip("the package's kernels do not build here")
+    rows_in_last_mlp: list[int] = []
+    runner.layers[-1].down.register_forward_hook(lambda module, args, out: rows_in_last_mlp.append(args[0].shape[0]))
+    prompt = list(range(3, 3 + MAX_ROWS + 6))  # past the one-call kernel's rows: the layers' modules run it
+
+    def logits_then_next(n_logits: int) -> tuple[torch.Tensor, torch.Tensor]:
+        runner.reset()
+        return runner.forward(prompt, n_logits), runner.forward([7], 1)
+
+    every_row, after_every_row = logits_then_next(len(prompt))
+    last_two, after_last_two = logits_then_next(2)
+    assert rows_in_last_mlp == [len(prompt), 2]  # (a one-row step is one kernel call, not the modules)
+    # The same numbers for the rows asked for, and the same keys and values for the step after.
+    assert torch.equal(last_two, every_row[-2:])
+    assert torch.equal(after_last_two, after_every_row)
+
+
 def block_logits(model: LoadedModel) -> torch.Tensor:
     """A prompt's last logits, then a verify block's: what a packed copy must reproduce bit for bit."""
     model.runner.reset()

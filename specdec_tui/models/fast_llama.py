@@ -83,8 +83,13 @@ class DecoderLayer(nn.Module):
         self.attention, self.activation = attention, activation
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
-                values: torch.Tensor, length: int) -> torch.Tensor:
-        x = x + self.out_proj(self.attention(self.qkv(self.norm_in(x)), cos, sin, keys, values, length))
+                values: torch.Tensor, length: int, kept_rows: int = 0) -> torch.Tensor:
+        """The rows after this layer; where ``kept_rows`` > 0, only the last ``kept_rows`` of them (every
+        row's keys and values still go into the cache)."""
+        attended = self.attention(self.qkv(self.norm_in(x)), cos, sin, keys, values, length)
+        if kept_rows > 0:
+            x, attended = x[-kept_rows:], attended[-kept_rows:]
+        x = x + self.out_proj(attended)
         return x + self.down(self.activation(self.gate_up(self.norm_post(x))))
 
 
@@ -96,9 +101,12 @@ class LayerStack(nn.Module):
         self.layers = nn.ModuleList(layers)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: list[torch.Tensor],
-                values: list[torch.Tensor], length: int) -> torch.Tensor:
+                values: list[torch.Tensor], length: int, kept_rows: int = 0) -> torch.Tensor:
+        """The rows after the last layer, only the last ``kept_rows`` of them where that is > 0: no later
+        layer reads the others, so the last layer's projections and MLP skip them."""
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, keys[i], values[i], length)
+            x = layer(x, cos, sin, keys[i], values[i], length, kept_rows if i == last else 0)
         return x
 
 
@@ -348,7 +356,7 @@ class FastLlama:
             x = torch.ops.specdec.decoder_layers(x, cos, sin, self.keys, self.values, self.length, *self.kernel_layers,
                                                  visible)
         else:
-            x = self.stack(x, cos, sin, self.keys, self.values, self.length)
+            x = self.stack(x, cos, sin, self.keys, self.values, self.length, n_logits)
         self.length += rows
         head = self.head if self.context_head is None else self.context_head
-        return head(self.final_norm(x[rows - n_logits :]))
+        return head(self.final_norm(x[-(n_logits + extra) :]))

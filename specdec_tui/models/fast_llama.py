@@ -359,4 +359,5 @@ class FastLlama:
             x = self.stack(x, cos, sin, self.keys, self.values, self.length, n_logits)
         self.length += rows
         head = self.head if self.context_head is None else self.context_head
-        return head(self.final_norm(x[-(n_logits + extra) :]))
+        # The last n_logits rows fed, then the branches' (the kernel returns every row, the stack only those).
+        return head(self.final_norm(x[len(x) - n_logits - extra :]))

@@ -64,13 +64,14 @@ def main() -> None:
     replies = json.loads(REPLIES.read_text())
     runtime = load_runtime(Settings())
     draft = CachedModel(runtime.pair.draft.runner)
-    lookup = PromptLookupDrafter(min_ngram=3)
+    span = runtime.params().lookup_k  # the longest copy `hybrid` proposes
+    lookup = PromptLookupDrafter(min_ngram=3, span=span)
     turn_start = runtime.pair.target.tokenizer.convert_tokens_to_ids("<|im_start|>")
     windows = variants(turn_start)
-    totals: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    totals: dict[str, dict[tuple[str, str], list]] = defaultdict(lambda: defaultdict(list))
     for item in replies:
         prompt, reply = item["prompt"], item["reply"]
-        uncopied = [not lookup.continuation(prompt + reply[:i], 8) for i in range(len(reply))]
+        uncopied = [not lookup.continuation(prompt + reply[:i], span) for i in range(len(reply))]
         line = [f"{item['id']}: {len(prompt)} prompt tokens"]
         for name, window in windows.items():
             read = window(prompt)

@@ -1,5 +1,5 @@
 """The paired lever run for a strict lookup whose copy length follows how its previous copy went
-(this folder's README, "Inside a step, on the AVX2 hosts").
+(this folder's README, "Copy lengths after the previous copy, paired (not kept)").
 
 Copies come in runs: inside code the reply rewrites, one copy kept whole is often followed by
 another, and a copy the target cut short often by more misses. Variant W keeps the lookup's
@@ -12,6 +12,7 @@ an engine of its own over the one loaded pair; every reply is asserted equal to 
 Run: .venv/bin/python docs/benchmarks/2026-12-05-copy-streak.py A W
 The output of 2026-12-05 is 2026-12-05-copy-streak.txt beside this file.
 """
+
 from __future__ import annotations
 
 import sys

@@ -17,18 +17,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from paired_levers import draft_guesses
+
 from specdec_tui.config import Settings
 from specdec_tui.engine.cached_model import CachedModel, common_prefix_length
 from specdec_tui.engine.drafters import PromptLookupDrafter
 from specdec_tui.runtime import load_runtime
 
 REPLIES = Path(__file__).with_name("2026-12-04-target-replies.json")
-
-
-def greedy_guesses(draft: CachedModel, prompt: list[int], reply: list[int]) -> list[int]:
-    """The draft's greedy token after each prefix of ``reply``, read in one pass."""
-    draft.reset()
-    return draft.logits_for(prompt + reply[:-1], len(reply)).argmax(-1).tolist()
 
 
 def main() -> None:
@@ -39,7 +35,7 @@ def main() -> None:
     counts: dict[str, Counter[str]] = {}
     for item in json.loads(REPLIES.read_text()):
         prompt, reply = item["prompt"], item["reply"]
-        guesses = greedy_guesses(draft, prompt, reply)
+        guesses, _ = draft_guesses(draft, prompt, reply)
         count = counts.setdefault(item["category"], Counter())
         for i in range(len(reply)):
             copy = lookup.continuation(prompt + reply[:i], span)

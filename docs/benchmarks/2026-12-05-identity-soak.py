@@ -6,26 +6,24 @@ then each prompt's `hybrid` reply and a second target-only reply, all three comp
 argument rotates the order of the prompts, so that each process meets them in another order.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-05-identity-soak.py [ROTATION]
-The outputs of 2026-12-05 (rotations 0, 9 and 19, three processes one after another) are in
-2026-12-05-identity-soak.txt beside this file.
+The output of 2026-12-05 (rotation 0) is 2026-12-05-identity-soak.txt beside this file; three more
+processes that morning (rotations 0, 9 and 19) ran a first form of it with the same decodes.
 """
 
 from __future__ import annotations
 
 import sys
 
+from paired_levers import mode_reply
+
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.config import Settings
 from specdec_tui.engine.cached_model import common_prefix_length
-from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.runtime import Runtime, load_runtime
 
 
-def decoded(runtime: Runtime, prompt: list[int], mode: str) -> list[int]:
-    for event in runtime.generate(prompt, runtime.params(max_new_tokens=128), mode, fresh=True):
-        if isinstance(event, FinishedEvent):
-            return list(event.token_ids)
-    raise RuntimeError("a reply ended without its summary")
+def reply_of(runtime: Runtime, prompt: list[int], mode: str) -> list[int]:
+    return list(mode_reply(runtime, prompt, mode).token_ids)
 
 
 def parting(a: list[int], b: list[int]) -> str:
@@ -37,11 +35,11 @@ def main() -> None:
     rotation = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     prompts = load_suite(default_suite_path())
     prompts = prompts[rotation:] + prompts[:rotation]
-    first = {item.id: decoded(runtime, list(runtime.prompt_ids(item.messages)), "target") for item in prompts}
+    first = {item.id: reply_of(runtime, list(runtime.prompt_ids(item.messages)), "target") for item in prompts}
     differing = 0
     for item in prompts:
         prompt = list(runtime.prompt_ids(item.messages))
-        hybrid, again = decoded(runtime, prompt, "hybrid"), decoded(runtime, prompt, "target")
+        hybrid, again = reply_of(runtime, prompt, "hybrid"), reply_of(runtime, prompt, "target")
         if not first[item.id] == again == hybrid:
             differing += 1
             print(f"{item.id}: target-only again {parting(first[item.id], again)}, "

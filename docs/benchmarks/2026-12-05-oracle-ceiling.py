@@ -45,31 +45,17 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from paired_levers import draft_guesses, mode_reply
+
 from specdec_tui.bench.steps import measure
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.config import Settings
 from specdec_tui.engine.cached_model import CachedModel, common_prefix_length
-from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.engine.drafters import PromptLookupDrafter
-from specdec_tui.runtime import Runtime, load_runtime
+from specdec_tui.runtime import load_runtime
 
 CONTEXT = 160
 ROWS = range(1, 18)
-
-
-def decoded(runtime: Runtime, prompt: list[int], mode: str) -> tuple[list[int], float]:
-    """A reply of ``mode`` from fresh caches (128 new tokens, default settings) and its seconds."""
-    for event in runtime.generate(prompt, runtime.params(max_new_tokens=128), mode, fresh=True):
-        if isinstance(event, FinishedEvent):
-            return list(event.token_ids), event.summary.seconds
-    raise RuntimeError("a reply ended without its summary")
-
-
-def draft_guesses(draft: CachedModel, prompt: list[int], reply: list[int]) -> tuple[list[int], list[int]]:
-    """The draft's greedy token and runner-up after each prefix of ``reply``, read in one pass."""
-    draft.reset()
-    top = draft.logits_for(prompt + reply[:-1], len(reply)).topk(2, dim=-1).indices
-    return top[:, 0].tolist(), top[:, 1].tolist()
 
 
 def kept_copies(lookup: PromptLookupDrafter, prompt: list[int], reply: list[int], span: int) -> list[int]:
@@ -134,12 +120,13 @@ def main() -> None:
 
     target, draft = CachedModel(runtime.pair.target.runner), CachedModel(runtime.pair.draft.runner)
     lookup = PromptLookupDrafter(min_ngram=3, span=params.lookup_k)
-    decoded(runtime, runtime.prompt_ids([{"role": "user", "content": "Say hi."}]), "hybrid")  # warm
+    mode_reply(runtime, runtime.prompt_ids([{"role": "user", "content": "Say hi."}]), "hybrid")  # warm
     ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for item in prompts:
         prompt = list(runtime.prompt_ids(item.messages))
-        reply, _ = decoded(runtime, prompt, "target")
-        hybrid_reply, seconds = decoded(runtime, prompt, "hybrid")
+        reply = list(mode_reply(runtime, prompt, "target").token_ids)
+        hybrid = mode_reply(runtime, prompt, "hybrid")
+        hybrid_reply, seconds = list(hybrid.token_ids), hybrid.summary.seconds
         differs = common_prefix_length(hybrid_reply, reply)
         identity = "identical" if hybrid_reply == reply else f"NOT identical from token {differs}"
         best, runner_up = draft_guesses(draft, prompt, reply)

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from specdec_tui.bench.suite import default_suite_path, load_suite
+from specdec_tui.engine.cached_model import CachedModel
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
 from specdec_tui.engine.drafters import Drafter
 from specdec_tui.engine.metrics import RunSummary
@@ -63,6 +64,20 @@ def decoded(engine: Engine, ids: list[int], params: DecodeParams, drafter: Draft
             return event
     raise RuntimeError("a reply ended without its summary")
 
+
+
+def mode_reply(runtime: Runtime, ids: list[int], mode: str) -> FinishedEvent:
+    """One reply of ``mode`` on ``runtime``'s own engine, as ``decoded`` (128 new tokens, default settings)."""
+    params = runtime.params(max_new_tokens=128)
+    return decoded(runtime.engine, ids, params, runtime.engine.drafter(mode, params))
+
+
+def draft_guesses(draft: CachedModel, prompt: list[int], reply: list[int]) -> tuple[list[int], list[int]]:
+    """The draft's greedy token and runner-up after each prefix of ``reply``, read in one
+    teacher-forced pass from an empty cache."""
+    draft.reset()
+    top = draft.logits_for(prompt + reply[:-1], len(reply)).topk(2, dim=-1).indices
+    return top[:, 0].tolist(), top[:, 1].tolist()
 
 def hybrid_reply(runtime: Runtime, engine: Engine, ids: list[int], name: str) -> Reply:
     """One reply on ``engine``: target-only for "target", else `hybrid`, with the one-row cost its

@@ -16,7 +16,7 @@ from the cache instead of memory. Three measurements:
    If a hint kept S from evicting R, R would read at the first measurement's in-cache bandwidth.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-05-draft-cache-residency.py
-(compiles a small reader with torch's inline extension, about a minute, on any AVX2 host)
+(compiles a small reader with torch's inline extension, about a minute; needs AVX2 and CLFLUSHOPT)
 The output of 2026-12-05 (Intel Xeon, AVX-512 VNNI, 260 MB L3, 2 cores) is
 2026-12-05-draft-cache-residency.txt beside this file.
 """

@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import sys
 
-from specdec_tui.bench.modes import run_engine, run_llama
+from specdec_tui.bench.llama_cpp import LLAMA_MODES
+from specdec_tui.bench.modes import run_mode
 from specdec_tui.bench.suite import load_suite
 from specdec_tui.config import Settings
 from specdec_tui.runtime import load_runtime
+from specdec_tui.tui.widgets.compare_view import first_difference
 
 PROMPTS = "docs/benchmarks/2026-12-05-held-out-prompts.jsonl"
-LLAMA_MODES = ("llama.cpp-target", "llama.cpp-draft", "llama.cpp-lookup")
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
 def main() -> None:
@@ -38,8 +35,7 @@ def main() -> None:
     params = runtime.params(max_new_tokens=128)
 
     def reply(mode: str, ids: list[int]) -> list[int]:
-        run = run_llama(runtime.pair, mode, ids, params) if mode in LLAMA_MODES else run_engine(runtime, mode, ids, params)
-        return list(run.token_ids)
+        return list(run_mode(runtime, mode, ids, params).token_ids)
 
     for item in load_suite(PROMPTS):
         ids = runtime.prompt_ids(item.messages)

@@ -15,6 +15,10 @@ checked on a real reply, every layer.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-05-identity-recorder.py llama [PROMPTS.jsonl]
      .venv/bin/python docs/benchmarks/2026-12-05-identity-recorder.py ours [PROMPTS.jsonl]   # without llama.cpp
+     .venv/bin/python docs/benchmarks/2026-12-05-identity-recorder.py targets-first [PROMPTS.jsonl]
+``targets-first`` decodes every prompt's first target-only reply before any other (the order of the
+two processes that morning whose first replies parted), then each prompt's `hybrid` and second
+target-only reply, without llama.cpp.
 PROMPTS defaults to the bench's suite. The outputs of 2026-12-05 (the Xeon with AVX-512 VNNI) are
 2026-12-05-identity-recorder.txt beside this file.
 """
@@ -25,6 +29,7 @@ import hashlib
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -71,42 +76,70 @@ def same_cache(a: list[tuple[torch.Tensor, torch.Tensor]], b: list[tuple[torch.T
                for (ka, va), (kb, vb) in zip(a, b, strict=True))
 
 
+ORDERS = ("llama", "ours", "targets-first")
+
+
+@dataclass
+class Decoded:
+    """A reply, its target passes' hashes (target-only replies) and its cache over the reply's positions."""
+
+    reply: list[int]
+    passes: list[tuple[int, int, str, list[str]]]
+    cache: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def compare(first: Decoded, hybrid: Decoded, second: Decoded) -> tuple[str, bool]:
+    """Where the replies part as tokens, the first pass whose bits parted between the two target-only
+    replies (and its first layer), and whether hybrid's and the second's caches equal the first's;
+    and whether any bit parted."""
+    line = (f"first differences as tokens: target-only 1 vs hybrid {first_difference(first.reply, hybrid.reply)},"
+            f" target-only 2 vs hybrid {first_difference(second.reply, hybrid.reply)};"
+            f" passes {len(first.passes)}/{len(second.passes)}, first pass whose bits parted: ")
+    parted = next((i for i, (a, b) in enumerate(zip(first.passes, second.passes, strict=False)) if a != b), None)
+    line += str(parted)
+    if parted is not None:
+        a, b = first.passes[parted], second.passes[parted]
+        layer = next((i for i, (x, y) in enumerate(zip(a[3], b[3], strict=True)) if x != y), None)
+        line += f" (after {a[0]} tokens, {a[1]} fed; first layer whose keys or values parted: {layer})"
+    equal = [same_cache(hybrid.cache, first.cache), same_cache(second.cache, first.cache)]
+    line += f"; hybrid's and target-only 2's caches equal target-only 1's, every layer: {equal}"
+    return line, parted is not None or not all(equal)
+
+
 def main() -> None:
-    with_llama = sys.argv[1] == "llama"
+    order = sys.argv[1]
+    if order not in ORDERS:
+        raise SystemExit(f"the first argument is one of {', '.join(ORDERS)}")
     runtime = load_runtime(Settings())
     params = runtime.params(max_new_tokens=128)
     model = runtime.pair.target.runner
     while not isinstance(model, FastLlama):
         model = model.runner  # the breaker's wrapper
     recorder = PassRecorder(model)
+
+    def decode(mode: str, ids: list[int]) -> Decoded:
+        recorder.passes = [] if mode == "target" else None
+        reply = list(run_mode(runtime, mode, ids, params).token_ids)
+        # Only the positions whose cached token is the reply's: a reply's last pass may leave a
+        # rejected draft token where a kept branch, never fed again, took its place.
+        fed = common_prefix_length(runtime.engine.target.ids, [*ids, *reply])
+        cache = [(k[:, :fed].clone(), v[:, :fed].clone()) for k, v in zip(model.keys, model.values)]
+        return Decoded(reply, recorder.passes or [], cache)
+
+    items = load_suite(Path(sys.argv[2]) if len(sys.argv) > 2 else default_suite_path())
+    prompts = [(item.id, runtime.prompt_ids(item.messages)) for item in items]
+    # The order of the morning's two processes that saw a first reply part: every target-only reply first.
+    firsts = {name: decode("target", ids) for name, ids in prompts} if order == "targets-first" else {}
     parted = 0
-    for item in load_suite(Path(sys.argv[2]) if len(sys.argv) > 2 else default_suite_path()):
-        ids = runtime.prompt_ids(item.messages)
-        replies, passes, caches = [], [], []
-        for mode in ("target", "hybrid", *(LLAMA_MODES if with_llama else ()), "target"):
-            recorder.passes = [] if mode == "target" else None
-            reply = list(run_mode(runtime, mode, ids, params).token_ids)
-            if mode in ("target", "hybrid"):
-                replies.append(reply)
-                # Only the positions whose cached token is the reply's: a reply's last pass may leave a
-                # rejected draft token where a kept branch, never fed again, took its place.
-                fed = common_prefix_length(runtime.engine.target.ids, [*ids, *reply])
-                caches.append([(k[:, :fed].clone(), v[:, :fed].clone()) for k, v in zip(model.keys, model.values)])
-            if recorder.passes is not None:
-                passes.append(recorder.passes)
-        first, hybrid, second = replies
-        pass_parted = next((i for i, (a, b) in enumerate(zip(*passes, strict=False)) if a != b), None)
-        line = (f"{time.strftime('%H:%M:%S')} {item.id} {len(ids)} prompt tokens; first differences as tokens: target-only 1"
-                f" vs hybrid {first_difference(first, hybrid)}, target-only 2 vs hybrid {first_difference(second, hybrid)};"
-                f" passes {len(passes[0])}/{len(passes[1])}, first pass whose bits parted: {pass_parted}")
-        if pass_parted is not None:
-            a, b = passes[0][pass_parted], passes[1][pass_parted]
-            layer = next((i for i, (x, y) in enumerate(zip(a[3], b[3], strict=True)) if x != y), None)
-            line += f" (after {a[0]} tokens, {a[1]} fed; first layer whose keys or values parted: {layer})"
-        equal = [same_cache(cache, caches[0]) for cache in caches[1:]]
-        line += f"; hybrid's and target-only 2's caches equal target-only 1's, every layer: {equal}"
-        parted += pass_parted is not None or not all(equal)
-        print(line, flush=True)
+    for name, ids in prompts:
+        first = firsts.get(name) or decode("target", ids)
+        hybrid = decode("hybrid", ids)
+        for mode in LLAMA_MODES if order == "llama" else ():
+            run_mode(runtime, mode, ids, params)
+        second = decode("target", ids)
+        line, bits_parted = compare(first, hybrid, second)
+        print(f"{time.strftime('%H:%M:%S')} {name} {len(ids)} prompt tokens; {line}", flush=True)
+        parted += bits_parted
     print("prompts with any bit parted:", parted, flush=True)
 
 

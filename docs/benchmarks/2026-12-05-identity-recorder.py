@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from paired_levers import lean_forward
 
 from specdec_tui.bench.llama_cpp import LLAMA_MODES
 from specdec_tui.bench.modes import run_mode
@@ -112,9 +113,7 @@ def main() -> None:
         raise SystemExit(f"the first argument is one of {', '.join(ORDERS)}")
     runtime = load_runtime(Settings())
     params = runtime.params(max_new_tokens=128)
-    model = runtime.pair.target.runner
-    while not isinstance(model, FastLlama):
-        model = model.runner  # the breaker's wrapper
+    model = lean_forward(runtime.pair.target.runner)
     recorder = PassRecorder(model)
 
     def decode(mode: str, ids: list[int]) -> Decoded:

@@ -196,6 +196,29 @@ def test_wide_passes_come_back_as_they_were_after_a_block_that_set_them():
 
 
 @needs_kernels
+def test_int8_calls_of_a_few_rows_on_the_wide_passes_give_the_same_bits_as_on_the_narrow_ones():
+    if "avx512_vnni" not in quantized_kernels.instruction_sets():
+        pytest.skip("this processor has no avx512_vnni")
+    torch.manual_seed(12)
+    layer = PackedInt8Linear(linear(45, 700, True, 8))  # three blocks: the last is paired with itself
+    x = torch.randn(13, layer.in_features) * 3
+    default = kernel_setting("use_wide_passes_from", 1)  # 1 on Intel processors, 32 elsewhere
+    with quantized_kernels.using_instruction_set("avx512_vnni"):
+        with quantized_kernels.using_wide_passes(False):
+            narrow = [layer(x[:rows]) for rows in range(1, 14)]
+        with quantized_kernels.using_wide_passes_from(1):
+            wide = [layer(x[:rows]) for rows in range(1, 14)]  # one pass each up to 12 rows, then two
+            assert kernel_setting("use_wide_passes_from", 1) == 1
+        with quantized_kernels.using_wide_passes_from(32):
+            assert kernel_setting("use_wide_passes_from", 1) == 32
+    assert kernel_setting("use_wide_passes_from", 1) == default
+    for rows, (expected, got) in enumerate(zip(narrow, wide, strict=True), start=1):
+        assert torch.equal(got, expected), rows
+    with pytest.raises(RuntimeError, match="use_wide_passes_from: at least 1 row, not 0"):
+        torch.ops.specdec.use_wide_passes_from(0)
+
+
+@needs_kernels
 def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(instruction_set_here: str):
     name = instruction_set_here
     torch.manual_seed(11)

@@ -61,7 +61,7 @@ struct Products {
                const int8_t* const* q, const float* const* sums, int64_t groups, float* out);
   int wide_int8_rows;
   void (*wide_int8)(int rows, const int8_t* first, const int8_t* second, const uint8_t* const* q, int64_t groups,
-                    int32_t* sums);
+                    int32_t* sums, bool far);
   int wide_int4_rows;
   void (*wide_int4)(int rows, const uint8_t* first, const uint8_t* second, const uint16_t* first_scales,
                     const uint16_t* second_scales, const uint16_t* first_minimums, const uint16_t* second_minimums,
@@ -98,7 +98,8 @@ namespace {
 
 // EVEX-encoded vpdpbusd reaches 32 registers: 24 accumulators for twelve rows. (On 512-bit
 // registers, sixteen rows a pass, an AMD EPYC ran 16-row passes faster but 5- and 9-row ones slower:
-// calls of many rows, a prompt's, take the wide passes, two blocks of weights and 12 rows at a time.)
+// calls of many rows, a prompt's, take the wide passes, two blocks of weights and 12 rows at a time;
+// on an Intel processor, which runs them whole, every int8 call does.)
 #define SPECDEC_ISA avx512_vnni
 #define SPECDEC_SHORT_PASS_PREFETCH true
 #define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
@@ -147,7 +148,15 @@ std::atomic<bool> wide_passes{true};
 // pass of the 1.5B int8 target's layers after 128 tokens: slower at 13-20 rows (1.09-1.14x), even
 // at 24-32, faster from 40 (0.93x at 40, 0.86x at 64, 0.79x at a 154-token prompt); the 0.5B int4
 // draft's: slower at 2-5 rows, faster from 6 (0.93x at 6, 0.84x at 8, 0.74x at 40, 0.64x at 154).
-constexpr int64_t kWideInt8From = 32;
+// The EPYC runs a 512-bit instruction as two 256-bit halves; an Intel Xeon runs it whole, and there
+// the target's int8 pass of any number of rows was as fast or faster on the wide passes once a call
+// of one pass fetched its weights far ahead as the 256-bit passes do (0.92-0.96x at 1-2 rows,
+// 0.90-0.93x at 12, even in between).
+int64_t wide_int8_from_here() {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel") ? 1 : 32;
+}
+std::atomic<int64_t> wide_int8_from{wide_int8_from_here()};
 constexpr int64_t kWideInt4From = 6;
 
 std::vector<std::string> instruction_sets() {
@@ -161,6 +170,10 @@ std::string instruction_set() { return chosen.load()->name; }
 
 // The previous setting, so a caller can put it back.
 bool use_wide_passes(bool on) { return wide_passes.exchange(on); }
+int64_t use_wide_passes_from(int64_t rows) {
+  TORCH_CHECK(rows >= 1, "use_wide_passes_from: at least 1 row, not ", rows);
+  return wide_int8_from.exchange(rows);
+}
 int64_t use_short_pass_prefetch(int64_t setting) {
   TORCH_CHECK(setting >= -1 && setting <= 1, "use_short_pass_prefetch: -1, 0 or 1, not ", setting);
   return short_pass_prefetch.exchange(static_cast<int>(setting));
@@ -292,8 +305,11 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
       scale_block(sums + i * stride, w_sum + first, w_scale + first, row_scale[m0 + i], b != nullptr ? b + first : nullptr,
                   last - first, o + (m0 + i) * out_features + first);
   };
-  if (products.wide_int8 != nullptr && wide_passes.load() && rows >= kWideInt8From) {
-    // Two blocks at a time; an odd last block is paired with itself and stored once.
+  if (products.wide_int8 != nullptr && wide_passes.load() && rows >= wide_int8_from.load()) {
+    // Two blocks at a time; an odd last block is paired with itself and stored once. A call of one
+    // pass (a step's) fetches the weights far ahead, as the 256-bit passes do; in a prompt's, the
+    // later passes over a block find it in cache.
+    const bool far = rows <= products.wide_int8_rows;
     at::parallel_for(0, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
       int32_t sums[kMostRows * 2 * kBlockColumns];
       const uint8_t* chunk[kMostRows];
@@ -303,7 +319,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
         for (int64_t m0 = 0; m0 < rows; m0 += products.wide_int8_rows) {
           const int count = static_cast<int>(std::min<int64_t>(products.wide_int8_rows, rows - m0));
           for (int i = 0; i < count; ++i) chunk[i] = q.data() + (m0 + i) * padded;
-          products.wide_int8(count, w + block * block_bytes, w + next * block_bytes, chunk, groups, sums);
+          products.wide_int8(count, w + block * block_bytes, w + next * block_bytes, chunk, groups, sums, far);
           store_block(block, m0, count, sums, 2 * kBlockColumns);
           if (next != block) store_block(next, m0, count, sums + kBlockColumns, 2 * kBlockColumns);
         }
@@ -836,6 +852,7 @@ TORCH_LIBRARY(specdec, m) {
   m.def("instruction_set() -> str", &instruction_set);
   m.def("use_instruction_set(str name) -> ()", &use_instruction_set);
   m.def("use_wide_passes(bool on) -> bool", &use_wide_passes);
+  m.def("use_wide_passes_from(int rows) -> int", &use_wide_passes_from);
   m.def("use_short_pass_prefetch(int setting) -> int", &use_short_pass_prefetch);
   m.def("decoder_layers(Tensor x, Tensor cos, Tensor sin, Tensor(a!)[] keys, Tensor(b!)[] values, int length, "
         "int heads, float scale, float eps, Tensor[] norms, int[] kinds, Tensor[] weights, Tensor[] biases, "

@@ -172,6 +172,13 @@ def using_wide_passes(on: bool) -> AbstractContextManager[None]:
     return _kernel_setting("use_wide_passes", on)
 
 
+def using_wide_passes_from(rows: int) -> AbstractContextManager[None]:
+    """Inside the block, int8 calls of at least ``rows`` rows take AVX-512 VNNI's 512-bit passes (by
+    default every call on an Intel processor, which runs them whole, and calls of 32 rows elsewhere);
+    the numbers are the same either way (for tests and measurements)."""
+    return _kernel_setting("use_wide_passes_from", rows)
+
+
 def using_short_pass_prefetch(on: bool | None) -> AbstractContextManager[None]:
     """Inside the block, passes of one or two rows fetch their weights ahead in software as longer
     ones do (``True``), fetch less (``False``: a lone int8 row nothing, two rows and a lone int4 row

@@ -5,8 +5,9 @@ On AVX-512 VNNI, int8 calls of 32 rows or more take the wide passes (two weight 
 512-bit vpdpbusd for a block's 16 columns of a row); fewer rows take the 256-bit passes, which also
 fetch the weights far ahead into L2. The threshold of 32 was timed on an AMD EPYC, whose 512-bit
 instructions run as two 256-bit halves. With the patch beside it applied (``git apply
-docs/benchmarks/2026-12-05-wide-short-passes.patch``: the threshold and a far fetch for the wide
-passes become settings, both off by default), this times a target pass of M rows after 160 tokens in
+docs/benchmarks/2026-12-05-wide-short-passes.patch`` to commit 1c572f2, the one before the
+change this measurement led to: the threshold and a far fetch for the wide passes become settings,
+both off by default), this times a target pass of M rows after 160 tokens in
 three ways, 15 rounds, the order rotating, the first round left out: the 256-bit passes (main's),
 the wide passes, and the wide passes fetching far ahead as the 256-bit ones do. The logits are
 checked equal every time (the same integer sums either way).

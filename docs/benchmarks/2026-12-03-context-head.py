@@ -13,7 +13,8 @@ each reply:
 
 Run: .venv/bin/python docs/benchmarks/2026-12-03-context-head.py W H64 H96
 Every variant is compared with the first, paired per prompt; the outputs of that morning are
-2026-12-03-context-head-*.txt beside this file.
+2026-12-03-context-head-*.txt beside this file, that of 2026-12-05 on the Intel Xeon (``W H32 H64``,
+the defaults of then: K = 8) 2026-12-05-context-head-xeon.txt.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ queries at a time, paired").
 The kernels a target layer runs between its products, with the default target's shapes (12 query
 heads over 2 key/value heads of 128, 1536 wide, SwiGLU 8960), over 28 layers' caches, for 1 / 3 / 5 /
 9 rows after CONTEXT tokens: both RMS norms, the rotary and cache write, the attention, SwiGLU and
-the two residual adds; 12 rounds, the first two left out. With the patch
-2026-12-05-key-scores.patch applied, the attention is timed with the old scores as well.
+the two residual adds; 12 rounds, the first two left out.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-05-attention-ops.py [CONTEXT, e.g. 300]
 The outputs of 2026-12-05 (the Intel Xeon, 2 cores) are in 2026-12-05-attention-ops.txt beside this file.
@@ -22,7 +21,7 @@ import torch
 from specdec_tui.models import quantized_kernels
 
 LAYERS, CAPACITY, ROUNDS, ROWS = 28, 1100, 12, [1, 3, 5, 9]
-OPS = ["norms", "rotary", "attention", "old attention", "swiglu", "adds"]
+OPS = ["norms", "rotary", "attention", "swiglu", "adds"]
 
 
 @torch.inference_mode()
@@ -31,7 +30,6 @@ def main() -> None:
     if not quantized_kernels.available():
         raise SystemExit("the package's kernels are not loaded here")
     ops = torch.ops.specdec
-    has_old = hasattr(ops, "use_one_key_at_a_time")
     keys = [torch.randn(2, CAPACITY, 128) for _ in range(LAYERS)]
     values = [torch.randn(2, CAPACITY, 128) for _ in range(LAYERS)]
     norm = torch.rand(1536) + 0.5
@@ -42,27 +40,21 @@ def main() -> None:
             cos, sin = torch.randn(m, 128), torch.randn(m, 128)
             q = ops.rotate_into_cache(qkv, cos, sin, keys[0], values[0], context, 12, 0.088)
             for name in OPS:
-                if name == "old attention" and not has_old:
-                    continue
-                if has_old:
-                    ops.use_one_key_at_a_time(name == "old attention")
                 start = time.perf_counter()
                 for i in range(LAYERS):
                     if name == "norms":
                         ops.rms_norm(x, norm, 1e-6), ops.rms_norm(x, norm, 1e-6)
                     elif name == "rotary":
                         ops.rotate_into_cache(qkv, cos, sin, keys[i], values[i], context, 12, 0.088)
-                    elif name.endswith("attention"):
+                    elif name == "attention":
                         ops.attend_rows(q, keys[i], values[i], context)
                     elif name == "swiglu":
                         ops.silu_mul(gate_up)
                     else:
                         x + x, x + x
                 times.setdefault((m, name), []).append(time.perf_counter() - start)
-    if has_old:
-        ops.use_one_key_at_a_time(False)
     for m in ROWS:
-        parts = [f"{name} {statistics.median(times[m, name][2:]) * 1000:.2f}" for name in OPS if (m, name) in times]
+        parts = [f"{name} {statistics.median(times[m, name][2:]) * 1000:.2f}" for name in OPS]
         print(f"after {context} tokens, {m} rows, ms over {LAYERS} layers: " + ", ".join(parts), flush=True)
 
 

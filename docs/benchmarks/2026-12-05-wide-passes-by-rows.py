@@ -22,6 +22,7 @@ import torch
 from paired_levers import lean_forward
 
 from specdec_tui.config import Settings
+from specdec_tui.models import quantized_kernels
 from specdec_tui.runtime import load_runtime
 
 ROUNDS = 25
@@ -33,9 +34,11 @@ WAYS = {"wide": 1, "256-bit": 32}
 def main() -> None:
     context = int(sys.argv[1]) if len(sys.argv) > 1 else 160
     runtime = load_runtime(Settings())
+    if "avx512_vnni" not in quantized_kernels.instruction_sets():
+        sys.exit("this host has no AVX-512 VNNI: no wide passes to compare")
     chosen = torch.ops.specdec.use_wide_passes_from(1)
     torch.ops.specdec.use_wide_passes_from(chosen)
-    print(f"{torch.ops.specdec.instruction_set()} products; int8 calls take the wide passes from {chosen} rows here")
+    print(f"{quantized_kernels.instruction_set()} products; int8 calls take the wide passes from {chosen} rows here")
     for model in ["target", "draft"]:
         runner = lean_forward(getattr(runtime.pair, model).runner)
         runner.reset()
@@ -44,12 +47,11 @@ def main() -> None:
         for round_ in range(ROUNDS):
             for m in ROWS:
                 for way in list(WAYS)[round_ % 2 :] + list(WAYS)[: round_ % 2]:
-                    torch.ops.specdec.use_wide_passes_from(WAYS[way])
-                    start = time.perf_counter()
-                    runner.forward(list(range(2000, 2000 + m)), m)
-                    times[m, way].append(time.perf_counter() - start)
+                    with quantized_kernels.using_wide_passes_from(WAYS[way]):
+                        start = time.perf_counter()
+                        runner.forward(list(range(2000, 2000 + m)), m)
+                        times[m, way].append(time.perf_counter() - start)
                     runner.crop(context)
-        torch.ops.specdec.use_wide_passes_from(chosen)
         for m in ROWS:
             wide, narrow = (statistics.median(times[m, way][2:]) for way in WAYS)
             print(f"{model} after {context} tokens, {m} rows: wide {wide * 1000:.2f} ms, 256-bit {narrow * 1000:.2f} ms, "

@@ -168,14 +168,6 @@ def test_an_instruction_set_the_processor_lacks_is_refused_in_one_line_and_chang
     assert quantized_kernels.instruction_set() == fastest
 
 
-def kernel_setting(op: str, probe: bool | int) -> bool | int:
-    """A kernel setting's current value, read by setting it (``torch.ops.specdec.<op>``) and putting it back."""
-    use = getattr(torch.ops.specdec, op)
-    current = use(probe)
-    use(current)
-    return current
-
-
 @pytest.fixture(params=list(INSTRUCTION_SETS))
 def instruction_set_here(request: pytest.FixtureRequest) -> str:
     """Each instruction set of the kernels' products, skipped where this processor cannot run it."""
@@ -186,13 +178,23 @@ def instruction_set_here(request: pytest.FixtureRequest) -> str:
 
 @needs_kernels
 def test_wide_passes_come_back_as_they_were_after_a_block_that_set_them():
-    assert kernel_setting("use_wide_passes", True)  # on by default
+    assert quantized_kernels.kernel_setting("use_wide_passes")  # on by default
     with quantized_kernels.using_wide_passes(False):
-        assert not kernel_setting("use_wide_passes", True)
+        assert not quantized_kernels.kernel_setting("use_wide_passes")
         with quantized_kernels.using_wide_passes(True):
-            assert kernel_setting("use_wide_passes", True)
-        assert not kernel_setting("use_wide_passes", True)  # the inner block gave back the outer one's setting
-    assert kernel_setting("use_wide_passes", True)
+            assert quantized_kernels.kernel_setting("use_wide_passes")
+        assert not quantized_kernels.kernel_setting("use_wide_passes")  # the inner block gave back the outer one's setting
+    assert quantized_kernels.kernel_setting("use_wide_passes")
+
+
+@needs_kernels
+def test_reading_a_kernel_setting_leaves_it_as_it_was():
+    with quantized_kernels.using_wide_passes_from(7), quantized_kernels.using_short_pass_prefetch(False):
+        for _ in range(2):
+            assert quantized_kernels.kernel_setting("use_wide_passes_from") == 7
+            assert quantized_kernels.kernel_setting("use_short_pass_prefetch") == 0
+    with pytest.raises(ValueError, match="no kernel setting 'use_wide'"):
+        quantized_kernels.kernel_setting("use_wide")
 
 
 @needs_kernels
@@ -202,16 +204,16 @@ def test_int8_calls_of_a_few_rows_on_the_wide_passes_give_the_same_bits_as_on_th
     torch.manual_seed(12)
     layer = PackedInt8Linear(linear(45, 700, True, 8))  # three blocks: the last is paired with itself
     x = torch.randn(13, layer.in_features) * 3
-    default = kernel_setting("use_wide_passes_from", 1)  # 1 on Intel processors, 32 elsewhere
+    default = quantized_kernels.kernel_setting("use_wide_passes_from")  # 1 on Intel processors, 32 elsewhere
     with quantized_kernels.using_instruction_set("avx512_vnni"):
         with quantized_kernels.using_wide_passes(False):
             narrow = [layer(x[:rows]) for rows in range(1, 14)]
         with quantized_kernels.using_wide_passes_from(1):
             wide = [layer(x[:rows]) for rows in range(1, 14)]  # one pass each up to 12 rows, then two
-            assert kernel_setting("use_wide_passes_from", 1) == 1
+            assert quantized_kernels.kernel_setting("use_wide_passes_from") == 1
         with quantized_kernels.using_wide_passes_from(32):
-            assert kernel_setting("use_wide_passes_from", 1) == 32
-    assert kernel_setting("use_wide_passes_from", 1) == default
+            assert quantized_kernels.kernel_setting("use_wide_passes_from") == 32
+    assert quantized_kernels.kernel_setting("use_wide_passes_from") == default
     for rows, (expected, got) in enumerate(zip(narrow, wide, strict=True), start=1):
         assert torch.equal(got, expected), rows
     with pytest.raises(RuntimeError, match="use_wide_passes_from: at least 1 row, not 0"):
@@ -232,10 +234,10 @@ def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(instruc
                     fetching = layer(x)
                     with quantized_kernels.using_short_pass_prefetch(False):
                         not_fetching = layer(x)
-                    assert kernel_setting("use_short_pass_prefetch", -1) == 1  # the inner block gave back the outer one's setting
+                    assert quantized_kernels.kernel_setting("use_short_pass_prefetch") == 1  # the inner block gave back the outer one's setting
             assert torch.equal(fetching, chosen), (kind, rows)
             assert torch.equal(not_fetching, chosen), (kind, rows)
-    assert kernel_setting("use_short_pass_prefetch", -1) == -1  # every block gave back the one before it
+    assert quantized_kernels.kernel_setting("use_short_pass_prefetch") == -1  # every block gave back the one before it
     with pytest.raises(RuntimeError, match="use_short_pass_prefetch: -1, 0 or 1, not 2"):
         torch.ops.specdec.use_short_pass_prefetch(2)
 

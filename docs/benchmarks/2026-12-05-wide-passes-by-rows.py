@@ -36,8 +36,7 @@ def main() -> None:
     runtime = load_runtime(Settings())
     if "avx512_vnni" not in quantized_kernels.instruction_sets():
         sys.exit("this host has no AVX-512 VNNI: no wide passes to compare")
-    chosen = torch.ops.specdec.use_wide_passes_from(1)
-    torch.ops.specdec.use_wide_passes_from(chosen)
+    chosen = quantized_kernels.kernel_setting("use_wide_passes_from")
     print(f"{quantized_kernels.instruction_set()} products; int8 calls take the wide passes from {chosen} rows here")
     for model in ["target", "draft"]:
         runner = lean_forward(getattr(runtime.pair, model).runner)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from paired_levers import Reply, engine_with, hybrid_reply, interleaved, print_paired
 
 from specdec_tui.config import Settings
@@ -30,8 +29,7 @@ BEFORE = 32  # the fewest rows taking the wide passes before, and still on other
 runtime = load_runtime(Settings())
 if "avx512_vnni" not in quantized_kernels.instruction_sets():
     sys.exit("this host has no AVX-512 VNNI: no wide passes to compare")
-chosen = torch.ops.specdec.use_wide_passes_from(BEFORE)
-torch.ops.specdec.use_wide_passes_from(chosen)
+chosen = quantized_kernels.kernel_setting("use_wide_passes_from")
 print(f"{quantized_kernels.instruction_set()} products; int8 calls take the wide passes from {chosen} rows here")
 engines = {name: engine_with(runtime) for name in ["target", *VARIANTS]}
 

@@ -154,32 +154,48 @@ def using_instruction_set(name: str) -> Iterator[None]:
 
 
 @contextmanager
-def _kernel_setting(op: str, value: T) -> Iterator[None]:
-    """``torch.ops.specdec.<op>(value)`` inside the block, then the setting it returned as the one before."""
+def _kernel_setting(op: str, value: T) -> Iterator[T]:
+    """``torch.ops.specdec.<op>(value)`` inside the block, then the setting it returned (the block's
+    target) as the one before."""
     if not available():  # which also loads the library, and with it the op
         raise RuntimeError("the package's kernels are not loaded here")
     use: Callable[[T], T] = getattr(torch.ops.specdec, op)
     previous = use(value)
     try:
-        yield
+        yield previous
     finally:
         use(previous)
 
 
-def using_wide_passes(on: bool) -> AbstractContextManager[None]:
+#: A value each kernel setting accepts, set for a moment to read the setting.
+_SETTING_PROBES: dict[str, bool | int] = {"use_wide_passes": True, "use_wide_passes_from": 1,
+                                          "use_short_pass_prefetch": -1}
+
+
+def kernel_setting(op: str) -> bool | int:
+    """The value of the kernel setting ``torch.ops.specdec.<op>`` now (``use_wide_passes``,
+    ``use_wide_passes_from`` or ``use_short_pass_prefetch``; for tests and measurements). The ops
+    only set, returning the value before, so this sets a valid value and gives the returned one back."""
+    if op not in _SETTING_PROBES:
+        raise ValueError(f"no kernel setting {op!r} (settings: {', '.join(_SETTING_PROBES)})")
+    with _kernel_setting(op, _SETTING_PROBES[op]) as current:
+        return current
+
+
+def using_wide_passes(on: bool) -> AbstractContextManager[bool]:
     """Inside the block, calls of many rows (a prompt) take AVX-512 VNNI's 512-bit passes or not;
     the numbers are the same either way (for tests and measurements)."""
     return _kernel_setting("use_wide_passes", on)
 
 
-def using_wide_passes_from(rows: int) -> AbstractContextManager[None]:
+def using_wide_passes_from(rows: int) -> AbstractContextManager[int]:
     """Inside the block, int8 calls of at least ``rows`` rows take AVX-512 VNNI's 512-bit passes (by
     default every call on an Intel processor, which runs them whole, and calls of 32 rows elsewhere);
     the numbers are the same either way (for tests and measurements)."""
     return _kernel_setting("use_wide_passes_from", rows)
 
 
-def using_short_pass_prefetch(on: bool | None) -> AbstractContextManager[None]:
+def using_short_pass_prefetch(on: bool | None) -> AbstractContextManager[int]:
     """Inside the block, passes of one or two rows fetch their weights ahead in software as longer
     ones do (``True``), fetch less (``False``: a lone int8 row nothing, two rows and a lone int4 row
     only the near lines), or do as the instruction set chooses (``None``, the default: less on

@@ -10,7 +10,8 @@ own: `target` and `hybrid` fetching 32 KB ahead, `16k-target` and `16k-hybrid` 1
 before. Every reply is asserted equal to target-only's (a fetch changes no number).
 
 Run (with the patch applied): .venv/bin/python docs/benchmarks/2026-12-05-wide-far-prefetch-paired.py
-The output of 2026-12-05 (the Intel Xeon, 2 cores) is 2026-12-05-wide-far-prefetch-paired.txt beside this file.
+The outputs of 2026-12-05 (the Intel Xeon, 2 cores, two runs) are 2026-12-05-wide-far-prefetch-paired-1.txt and -2.txt
+beside this file.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 pass (this folder's README, "The wide passes fetching farther, paired").
 
 On an Intel processor with AVX-512 VNNI every int8 call of a step takes the wide passes, whose one
-pass over a block pair fetches 2 KB ahead into L1 and, then, 16 KB ahead into L2. Run on a build
-with the patch beside this file (`2026-12-05-wide-far-prefetch.patch`), which makes both distances
-a setting: the default target's whole pass over 1, 2, 3, 4, 5, 6 and 9 rows after CONTEXT tokens,
+pass over a block pair fetched 2 KB ahead into L1 and 16 KB ahead into L2 before this change (32 KB
+since). Run on a build with the patch beside this file (`2026-12-05-wide-far-prefetch.patch`),
+which makes both distances a setting: the default target's whole pass over 1, 2, 3, 4, 5, 6 and 9 rows after CONTEXT tokens,
 each distance pair in turn per row count (the order rotating from round to round), the median of
 ROUNDS rounds less the first two, and each over the 2 KB / 16 KB of before.
 

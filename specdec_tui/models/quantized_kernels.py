@@ -155,8 +155,8 @@ def using_instruction_set(name: str) -> Iterator[None]:
 
 @contextmanager
 def _kernel_setting(op: str, value: T) -> Iterator[T]:
-    """``torch.ops.specdec.<op>(value)`` inside the block, then the setting it returned (the block's
-    target) as the one before."""
+    """``torch.ops.specdec.<op>(value)`` inside the block, then the setting it returned as the one
+    before; ``with ... as previous`` gives that returned setting."""
     if not available():  # which also loads the library, and with it the op
         raise RuntimeError("the package's kernels are not loaded here")
     use: Callable[[T], T] = getattr(torch.ops.specdec, op)

@@ -358,6 +358,25 @@ def test_an_attention_block_of_rows_is_bit_for_bit_those_rows_one_at_a_time(
 
 
 @needs_kernels
+def test_every_instruction_set_gives_the_avx2_attention_bit_for_bit(instruction_set_here: str):
+    # AVX-512 sums the weighted values sixteen lanes at a time: each lane must still add its terms in
+    # the order of the positions, for rows and for branches (a row that sees fewer positions, then its own).
+    for dim in quantized_kernels.ATTENTION_HEAD_SIZES:
+        for length in (0, 5, 64, 130):
+            for rows in (1, 5):
+                torch.manual_seed(dim + length + rows)
+                q = torch.randn(rows, 6, dim)
+                keys, values = torch.randn(2, length + rows + 2, dim) * 3, torch.randn(2, length + rows + 2, dim) * 3
+                visible = torch.tensor([length + m - (m % 2) for m in range(rows)])
+                for seen in (None, visible):
+                    with quantized_kernels.using_instruction_set("avx2"):
+                        expected = torch.ops.specdec.attend_rows(q, keys, values, length, seen)
+                    with quantized_kernels.using_instruction_set(instruction_set_here):
+                        out = torch.ops.specdec.attend_rows(q, keys, values, length, seen)
+                    assert torch.equal(out, expected), (dim, length, rows, seen is not None)
+
+
+@needs_kernels
 def test_a_softmax_over_far_apart_scores_gives_the_far_ones_no_weight():
     projected, cos, sin, (keys, values) = attention_inputs(1, 1, 1, 16, 5, 0)
     cos, sin = torch.ones_like(cos), torch.zeros_like(sin)  # no rotation: the scores are q . k

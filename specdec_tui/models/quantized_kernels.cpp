@@ -604,6 +604,25 @@ void add_weighted_values(const float* weights, const float* values, int64_t firs
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(sums + 8 * c, acc[c]);
 }
 
+// The same sums on 512-bit registers, Z sixteen-lane sums at a time: each lane still adds its terms
+// one by one in the order of t, so every sum is the same bit for bit, in half the instructions.
+template <int Z>
+__attribute__((target("avx512f"))) void add_weighted_values_wide(const float* weights, const float* values,
+                                                                 int64_t first, int64_t last, int64_t dim,
+                                                                 float* sums) {
+  __m512 acc[Z];
+  for (int c = 0; c < Z; ++c) acc[c] = _mm512_loadu_ps(sums + 16 * c);
+  for (int64_t t = first; t < last; ++t) {
+    const __m512 weight = _mm512_set1_ps(weights[t]);
+    for (int c = 0; c < Z; ++c) acc[c] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(values + t * dim + 16 * c), acc[c]);
+  }
+  for (int c = 0; c < Z; ++c) _mm512_storeu_ps(sums + 16 * c, acc[c]);
+}
+
+// Whether the attention sums its values on 512-bit registers: where the chosen instruction set has
+// them (use_instruction_set("avx2") gives the 256-bit sums, for the tests that compare the two).
+bool wide_value_sums() { return chosen.load(std::memory_order_relaxed)->wide_int8 != nullptr; }
+
 // Softmax of scores[0 : stop] in place (padded with zeros to a multiple of 8); returns
 // 1 / the sum of the exponentials, which the weighted values are multiplied by.
 float softmax_unscaled(float* scores, int64_t stop) {
@@ -626,7 +645,7 @@ float softmax_unscaled(float* scores, int64_t stop) {
   return 1.0f / lanes_sum(total);
 }
 
-constexpr int64_t kValueBlock = 64;  // values per pass over a group's heads: 16 KB of a 128-wide head
+constexpr int64_t kValueBlock = 64;  // values per pass over a group's heads: 16 KB of half a 128-wide head (32 KB wide)
 
 // A query row of one head: its rotated, scaled q [8C], how many cached positions from the first it
 // attends to, where its output [8C] goes, and for a branch row (a sibling of a drafted token, see
@@ -640,6 +659,28 @@ struct Query {
 
   int64_t span() const { return stop + (own >= 0); }
 };
+
+// out += the softmax weights times the values for each query, Width floats of each at a time by Add
+// (add_weighted_values or its wide form): a value block at a time for every query, in the order of
+// the positions, then a branch's own value last, as position stop would (values shifted so that
+// position stop reads its slot; own > stop, so the pointer stays inside the cache).
+using AddWeightedValues = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+
+template <int64_t Width, AddWeightedValues Add>
+void weigh_values(const Query* queries, int64_t count, const float* values, const float* scores, int64_t stride,
+                  int64_t longest, int64_t dim) {
+  for (int64_t d = 0; d < dim; d += Width) {
+    for (int64_t first = 0; first < longest; first += kValueBlock)
+      for (int64_t i = 0; i < count; ++i)
+        if (first < queries[i].stop)
+          Add(scores + i * stride, values + d, first, std::min(queries[i].stop, first + kValueBlock), dim,
+              queries[i].out + d);
+    for (int64_t i = 0; i < count; ++i)
+      if (queries[i].own >= 0)
+        Add(scores + i * stride, values + d + (queries[i].own - queries[i].stop) * dim, queries[i].stop,
+            queries[i].stop + 1, dim, queries[i].out + d);
+  }
+}
 
 // softmax(q k^T) v for `count` queries that share one key and value head [*, 8C]: the heads of a
 // group, for every row of a block. Each block of keys and of values is read from memory once and
@@ -671,19 +712,10 @@ void attend_group(const Query* queries, int64_t count, const float* keys, const 
     inverse[i] = softmax_unscaled(scores + i * stride, queries[i].span());
     std::fill(queries[i].out, queries[i].out + dim, 0.0f);
   }
-  for (int64_t d = 0; d < dim; d += 8 * kSums) {
-    for (int64_t first = 0; first < longest; first += kValueBlock)
-      for (int64_t i = 0; i < count; ++i)
-        if (first < queries[i].stop)
-          add_weighted_values<kSums>(scores + i * stride, values + d, first,
-                                     std::min(queries[i].stop, first + kValueBlock), dim, queries[i].out + d);
-    // A branch's own value comes last, as position stop would: values shifted so that position stop
-    // reads its slot (own > stop, so the pointer stays inside the cache).
-    for (int64_t i = 0; i < count; ++i)
-      if (queries[i].own >= 0)
-        add_weighted_values<kSums>(scores + i * stride, values + d + (queries[i].own - queries[i].stop) * dim,
-                                   queries[i].stop, queries[i].stop + 1, dim, queries[i].out + d);
-  }
+  if (wide_value_sums())
+    weigh_values<dim, add_weighted_values_wide<C / 2>>(queries, count, values, scores, stride, longest, dim);
+  else
+    weigh_values<8 * kSums, add_weighted_values<kSums>>(queries, count, values, scores, stride, longest, dim);
   for (int64_t i = 0; i < count; ++i)
     for (int64_t d = 0; d < dim; d += 8)
       _mm256_storeu_ps(queries[i].out + d, _mm256_mul_ps(_mm256_loadu_ps(queries[i].out + d), _mm256_set1_ps(inverse[i])));

@@ -2,13 +2,15 @@
 
 Every suite prompt is decoded by target-only and by each variant in one process, the order rotating
 from prompt to prompt, each reply checked identical to target-only; the ratios to target-only are
-collected per category and compared between variants, paired per prompt.
+collected per category and compared between variants, paired per prompt. The kernel scripts time
+the target's whole pass under each variant in turn (``pass_times``).
 """
 
 from __future__ import annotations
 
 import re
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -143,3 +145,32 @@ def combine(paths: Sequence[str], new: str = "WX", old: str = "AB") -> None:
                   for prompt, by in ratios.items() if prompt.startswith(category)]
         print(f"{category} new / old: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
               f"max {max(paired):.3f}")
+
+
+def pass_times(target: FastLlama, context: int, rows: Sequence[int], variants: dict[str, Callable[[], object]],
+               rounds: int) -> dict[tuple[int, str], float]:
+    """Seconds of ``target``'s whole pass over each of ``rows`` rows after ``context`` tokens, under
+    each variant (a call that sets it up), the variants in turn per row count, their order rotating
+    from round to round: the median of ``rounds`` rounds less the first two."""
+    names = list(variants)
+    target.reset()
+    target.forward(list(range(1000, 1000 + context)), 1)
+    times: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for round_ in range(rounds):
+        for m in rows:
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                variants[name]()
+                start = time.perf_counter()
+                target.forward(list(range(2000, 2000 + m)), m)
+                times[m, name].append(time.perf_counter() - start)
+                target.crop(context)
+    return {key: statistics.median(seconds[2:]) for key, seconds in times.items()}
+
+
+def print_pass_times(times: dict[tuple[int, str], float], context: int, baseline: str) -> None:
+    """A line per row count: each variant's pass in ms and over the ``baseline`` variant's."""
+    for m in sorted({m for m, _ in times}):
+        base = times[m, baseline]
+        cells = [f"{name} {seconds * 1000:.1f} ms ({seconds / base:.3f})"
+                 for (rows, name), seconds in times.items() if rows == m]
+        print(f"{m} rows after {context}: " + ", ".join(cells), flush=True)

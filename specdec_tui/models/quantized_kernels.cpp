@@ -566,22 +566,34 @@ float lanes_sum(__m256 v) {
   return ((parts[0] + parts[1]) + (parts[2] + parts[3])) + ((parts[4] + parts[5]) + (parts[6] + parts[7]));
 }
 
-// C (the head size / 8) is a template parameter: with it known, the loops over a head unroll,
-// which halves the attention's time.
+// A query's dot product with a key, in eight lanes: each lane sums its column of the head's 8-wide
+// chunks, the even chunks and the odd ones apart, then the two sums added. Two sums halve the chain
+// of dependent multiply-adds, and on 512-bit registers one register holds both (an even chunk and
+// the odd one after it side by side; dot_lanes_wide), so both give the same bits. C (the head size
+// / 8, even) is a template parameter: with it known, the loops over a head unroll, which halves the
+// attention's time.
 template <int C>
 inline __m256 dot_lanes(const float* q, const float* key) {
-  __m256 dot = _mm256_setzero_ps();
-  for (int d = 0; d < 8 * C; d += 8) dot = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(key + d), dot);
-  return dot;
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+  for (int d = 0; d < 8 * C; d += 16) {
+    even = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(key + d), even);
+    odd = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(key + d + 8), odd);
+  }
+  return _mm256_add_ps(even, odd);
 }
 
-// The scores of eight consecutive keys [8, D], each reduced as lanes_sum does.
 template <int C>
-inline __m256 eight_dots(const float* q, const float* keys) {
-  __m256 d[8];
-  for (int j = 0; j < 8; ++j) d[j] = dot_lanes<C>(q, keys + j * 8 * C);
-  // hadd pairs neighbouring lanes: after two rounds each 128-bit half holds (0+1)+(2+3) or
-  // (4+5)+(6+7) of four keys, and the last add joins the halves.
+__attribute__((target("avx512f"), always_inline)) inline __m256 dot_lanes_wide(const float* q, const float* key) {
+  __m512 sums = _mm512_setzero_ps();
+  for (int d = 0; d < 8 * C; d += 16) sums = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(key + d), sums);
+  const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1));
+  return _mm256_add_ps(_mm512_castps512_ps256(sums), odd);
+}
+
+// Eight keys' dot products (lanes) reduced to their scores as lanes_sum does: hadd pairs
+// neighbouring lanes, so after two rounds each 128-bit half holds (0+1)+(2+3) or (4+5)+(6+7) of four
+// keys, and the last add joins the halves.
+inline __m256 eight_scores(const __m256* d) {
   const __m256 pairs03 = _mm256_hadd_ps(_mm256_hadd_ps(d[0], d[1]), _mm256_hadd_ps(d[2], d[3]));
   const __m256 pairs47 = _mm256_hadd_ps(_mm256_hadd_ps(d[4], d[5]), _mm256_hadd_ps(d[6], d[7]));
   const __m256 low = _mm256_permute2f128_ps(pairs03, pairs47, 0x20);
@@ -619,9 +631,10 @@ __attribute__((target("avx512f"))) void add_weighted_values_wide(const float* we
   for (int c = 0; c < Z; ++c) _mm512_storeu_ps(sums + 16 * c, acc[c]);
 }
 
-// Whether the attention sums its values on 512-bit registers: where the chosen instruction set has
-// them (use_instruction_set("avx2") gives the 256-bit sums, for the tests that compare the two).
-bool wide_value_sums() { return chosen.load(std::memory_order_relaxed)->wide_int8 != nullptr; }
+// Whether the attention takes its scores and sums its values on 512-bit registers: where the chosen
+// instruction set has them (use_instruction_set("avx2") gives the 256-bit loops, for the tests that
+// compare the two).
+bool wide_attention() { return chosen.load(std::memory_order_relaxed)->wide_int8 != nullptr; }
 
 // Softmax of scores[0 : stop] in place (padded with zeros to a multiple of 8); returns
 // 1 / the sum of the exponentials, which the weighted values are multiplied by.
@@ -682,6 +695,49 @@ void weigh_values(const Query* queries, int64_t count, const float* values, cons
   }
 }
 
+// Each query's scores against the keys it sees, eight keys at a time, and a branch's own key at
+// position stop, as it would score there: a score does not depend on its path. score_keys_wide is
+// the same loop on dot_lanes_wide (a function of its own, so that it may inline the 512-bit one).
+template <int C>
+void score_keys(const Query* queries, int64_t count, const float* keys, float* scores, int64_t stride, int64_t longest) {
+  constexpr int64_t dim = 8 * C;
+  for (int64_t t = 0; t < longest; t += 8)
+    for (int64_t i = 0; i < count; ++i) {
+      float* own = scores + i * stride;
+      if (t + 8 <= queries[i].stop) {
+        __m256 d[8];
+        for (int j = 0; j < 8; ++j) d[j] = dot_lanes<C>(queries[i].q, keys + (t + j) * dim);
+        _mm256_storeu_ps(own + t, eight_scores(d));
+      } else {
+        for (int64_t u = t; u < queries[i].stop; ++u) own[u] = lanes_sum(dot_lanes<C>(queries[i].q, keys + u * dim));
+      }
+    }
+  for (int64_t i = 0; i < count; ++i)
+    if (queries[i].own >= 0)
+      scores[i * stride + queries[i].stop] = lanes_sum(dot_lanes<C>(queries[i].q, keys + queries[i].own * dim));
+}
+
+template <int C>
+__attribute__((target("avx512f"))) void score_keys_wide(const Query* queries, int64_t count, const float* keys,
+                                                        float* scores, int64_t stride, int64_t longest) {
+  constexpr int64_t dim = 8 * C;
+  for (int64_t t = 0; t < longest; t += 8)
+    for (int64_t i = 0; i < count; ++i) {
+      float* own = scores + i * stride;
+      if (t + 8 <= queries[i].stop) {
+        __m256 d[8];
+        for (int j = 0; j < 8; ++j) d[j] = dot_lanes_wide<C>(queries[i].q, keys + (t + j) * dim);
+        _mm256_storeu_ps(own + t, eight_scores(d));
+      } else {
+        for (int64_t u = t; u < queries[i].stop; ++u)
+          own[u] = lanes_sum(dot_lanes_wide<C>(queries[i].q, keys + u * dim));
+      }
+    }
+  for (int64_t i = 0; i < count; ++i)
+    if (queries[i].own >= 0)
+      scores[i * stride + queries[i].stop] = lanes_sum(dot_lanes_wide<C>(queries[i].q, keys + queries[i].own * dim));
+}
+
 // softmax(q k^T) v for `count` queries that share one key and value head [*, 8C]: the heads of a
 // group, for every row of a block. Each block of keys and of values is read from memory once and
 // used by every query while it is in cache, instead of once per query; each query's numbers take
@@ -695,24 +751,15 @@ void attend_group(const Query* queries, int64_t count, const float* keys, const 
   int64_t longest = 0;
   for (int64_t i = 0; i < count; ++i) longest = std::max(longest, queries[i].span());
   const int64_t stride = (longest + 7) / 8 * 8;
-  for (int64_t t = 0; t < longest; t += 8)
-    for (int64_t i = 0; i < count; ++i) {
-      const Query& query = queries[i];
-      float* own = scores + i * stride;
-      if (t + 8 <= query.stop)
-        _mm256_storeu_ps(own + t, eight_dots<C>(query.q, keys + t * dim));
-      else
-        for (int64_t u = t; u < query.stop; ++u) own[u] = lanes_sum(dot_lanes<C>(query.q, keys + u * dim));
-    }
-  // A branch's own key scores as it would at position stop: a score does not depend on its path.
-  for (int64_t i = 0; i < count; ++i)
-    if (queries[i].own >= 0)
-      scores[i * stride + queries[i].stop] = lanes_sum(dot_lanes<C>(queries[i].q, keys + queries[i].own * dim));
+  if (wide_attention())
+    score_keys_wide<C>(queries, count, keys, scores, stride, longest);
+  else
+    score_keys<C>(queries, count, keys, scores, stride, longest);
   for (int64_t i = 0; i < count; ++i) {
     inverse[i] = softmax_unscaled(scores + i * stride, queries[i].span());
     std::fill(queries[i].out, queries[i].out + dim, 0.0f);
   }
-  if (wide_value_sums())
+  if (wide_attention())
     weigh_values<dim, add_weighted_values_wide<C / 2>>(queries, count, values, scores, stride, longest, dim);
   else
     weigh_values<8 * kSums, add_weighted_values<kSums>>(queries, count, values, scores, stride, longest, dim);

@@ -359,8 +359,9 @@ def test_an_attention_block_of_rows_is_bit_for_bit_those_rows_one_at_a_time(
 
 @needs_kernels
 def test_every_instruction_set_gives_the_avx2_attention_bit_for_bit(instruction_set_here: str):
-    # AVX-512 sums the weighted values sixteen lanes at a time: each lane must still add its terms in
-    # the order of the positions, for rows and for branches (a row that sees fewer positions, then its own).
+    # AVX-512 holds a key's even and odd chunks in one register and sums the weighted values sixteen
+    # lanes at a time: each lane must still add its terms in the 256-bit loops' order, for rows and for
+    # branches (a row that sees fewer positions, then its own).
     for dim in quantized_kernels.ATTENTION_HEAD_SIZES:
         for length in (0, 5, 64, 130):
             for rows in (1, 5):

@@ -751,7 +751,8 @@ void attend_group(const Query* queries, int64_t count, const float* keys, const 
   int64_t longest = 0;
   for (int64_t i = 0; i < count; ++i) longest = std::max(longest, queries[i].span());
   const int64_t stride = (longest + 7) / 8 * 8;
-  if (wide_attention())
+  const bool wide = wide_attention();
+  if (wide)
     score_keys_wide<C>(queries, count, keys, scores, stride, longest);
   else
     score_keys<C>(queries, count, keys, scores, stride, longest);
@@ -759,7 +760,7 @@ void attend_group(const Query* queries, int64_t count, const float* keys, const 
     inverse[i] = softmax_unscaled(scores + i * stride, queries[i].span());
     std::fill(queries[i].out, queries[i].out + dim, 0.0f);
   }
-  if (wide_attention())
+  if (wide)
     weigh_values<dim, add_weighted_values_wide<C / 2>>(queries, count, values, scores, stride, longest, dim);
   else
     weigh_values<8 * kSums, add_weighted_values<kSums>>(queries, count, values, scores, stride, longest, dim);

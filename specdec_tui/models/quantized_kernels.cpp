@@ -583,7 +583,7 @@ inline __m256 dot_lanes(const float* q, const float* key) {
 }
 
 template <int C>
-__attribute__((target("avx512f"), always_inline)) inline __m256 dot_lanes_wide(const float* q, const float* key) {
+__attribute__((target("avx512f"))) inline __m256 dot_lanes_wide(const float* q, const float* key) {
   __m512 sums = _mm512_setzero_ps();
   for (int d = 0; d < 8 * C; d += 16) sums = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(key + d), sums);
   const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1));
@@ -696,46 +696,40 @@ void weigh_values(const Query* queries, int64_t count, const float* values, cons
 }
 
 // Each query's scores against the keys it sees, eight keys at a time, and a branch's own key at
-// position stop, as it would score there: a score does not depend on its path. score_keys_wide is
-// the same loop on dot_lanes_wide (a function of its own, so that it may inline the 512-bit one).
-template <int C>
-void score_keys(const Query* queries, int64_t count, const float* keys, float* scores, int64_t stride, int64_t longest) {
+// position stop, as it would score there: a score does not depend on its path. Dot is dot_lanes or
+// dot_lanes_wide; the loop is inlined into score_keys or score_keys_wide, so the 512-bit dot product
+// is inlined only where the function around it is compiled for AVX-512.
+using DotLanes = __m256 (*)(const float*, const float*);
+
+template <int C, DotLanes Dot>
+__attribute__((always_inline)) inline void score_keys_by(const Query* queries, int64_t count, const float* keys,
+                                                         float* scores, int64_t stride, int64_t longest) {
   constexpr int64_t dim = 8 * C;
   for (int64_t t = 0; t < longest; t += 8)
     for (int64_t i = 0; i < count; ++i) {
       float* own = scores + i * stride;
       if (t + 8 <= queries[i].stop) {
         __m256 d[8];
-        for (int j = 0; j < 8; ++j) d[j] = dot_lanes<C>(queries[i].q, keys + (t + j) * dim);
+        for (int j = 0; j < 8; ++j) d[j] = Dot(queries[i].q, keys + (t + j) * dim);
         _mm256_storeu_ps(own + t, eight_scores(d));
       } else {
-        for (int64_t u = t; u < queries[i].stop; ++u) own[u] = lanes_sum(dot_lanes<C>(queries[i].q, keys + u * dim));
+        for (int64_t u = t; u < queries[i].stop; ++u) own[u] = lanes_sum(Dot(queries[i].q, keys + u * dim));
       }
     }
   for (int64_t i = 0; i < count; ++i)
     if (queries[i].own >= 0)
-      scores[i * stride + queries[i].stop] = lanes_sum(dot_lanes<C>(queries[i].q, keys + queries[i].own * dim));
+      scores[i * stride + queries[i].stop] = lanes_sum(Dot(queries[i].q, keys + queries[i].own * dim));
+}
+
+template <int C>
+void score_keys(const Query* queries, int64_t count, const float* keys, float* scores, int64_t stride, int64_t longest) {
+  score_keys_by<C, dot_lanes<C>>(queries, count, keys, scores, stride, longest);
 }
 
 template <int C>
 __attribute__((target("avx512f"))) void score_keys_wide(const Query* queries, int64_t count, const float* keys,
                                                         float* scores, int64_t stride, int64_t longest) {
-  constexpr int64_t dim = 8 * C;
-  for (int64_t t = 0; t < longest; t += 8)
-    for (int64_t i = 0; i < count; ++i) {
-      float* own = scores + i * stride;
-      if (t + 8 <= queries[i].stop) {
-        __m256 d[8];
-        for (int j = 0; j < 8; ++j) d[j] = dot_lanes_wide<C>(queries[i].q, keys + (t + j) * dim);
-        _mm256_storeu_ps(own + t, eight_scores(d));
-      } else {
-        for (int64_t u = t; u < queries[i].stop; ++u)
-          own[u] = lanes_sum(dot_lanes_wide<C>(queries[i].q, keys + u * dim));
-      }
-    }
-  for (int64_t i = 0; i < count; ++i)
-    if (queries[i].own >= 0)
-      scores[i * stride + queries[i].stop] = lanes_sum(dot_lanes_wide<C>(queries[i].q, keys + queries[i].own * dim));
+  score_keys_by<C, dot_lanes_wide<C>>(queries, count, keys, scores, stride, longest);
 }
 
 // softmax(q k^T) v for `count` queries that share one key and value head [*, 8C]: the heads of a

@@ -157,3 +157,31 @@ def test_a_bad_draft_variant_is_one_line_and_exit_2(folders: tuple[Path, Path, P
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # not the progress
     assert len(errors) == 1 and errors[0].startswith("specdec-bench: error:") and "missing" in errors[0]
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_the_bench_keeps_every_replys_token_ids_and_where_each_parts_from_target_only(
+        folders: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    target, draft, prompts = folders
+    out = tmp_path / "runs.csv"
+    code = cli.main(["--target", str(target), "--precision", "fp32", "--drafts", str(draft), "--draft-precisions",
+                     "fp32", "--taus", "1,0.3", "--ks", "3", "--modes", "target,hybrid", "--prompts", str(prompts),
+                     "--new-tokens", "8", "--fixed-k", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)])
+    assert code == 0
+    rows = read_csv(out)
+    replies = [json.loads(line) for line in (tmp_path / "runs.replies.jsonl").read_text().splitlines()]
+    assert f"replies: {tmp_path / 'runs.replies.jsonl'}" in capsys.readouterr().out
+    keys = ("prompt_id", "mode", "draft", "k", "tau", "repeat")
+    assert [tuple(str(reply[key]) for key in keys) for reply in replies] == [tuple(row[key] for key in keys)
+                                                                             for row in rows]
+    targets = {reply["prompt_id"]: reply["token_ids"] for reply in replies if reply["mode"] == "target"}
+    for row, reply in zip(rows, replies, strict=True):
+        assert len(reply["token_ids"]) == int(row["new_tokens"])
+        ours, theirs = reply["token_ids"], targets[row["prompt_id"]]
+        same = 0
+        while same < min(len(ours), len(theirs)) and ours[same] == theirs[same]:
+            same += 1
+        assert row["differs_at"] == ("" if ours == theirs else str(same))
+        assert row["identical_to_target"] == str(ours == theirs)
+    # A tau under 1 accepts draft tokens the target would not have picked: those rows part somewhere.
+    assert all(row["differs_at"] == "" for row in rows if row["tau"] == "1.0")
+    assert any(row["differs_at"] not in ("", "0") for row in rows if row["tau"] == "0.3")

@@ -15,7 +15,16 @@ from typing import TypeVar, get_args
 import torch
 from tqdm import tqdm
 
-from specdec_tui.bench.harness import BenchPlan, BenchRow, DraftVariant, peak_memory_mb, run_suite, write_csv
+from specdec_tui.bench.harness import (
+    BenchPlan,
+    BenchRow,
+    DraftVariant,
+    append_reply,
+    peak_memory_mb,
+    replies_path,
+    run_suite,
+    write_csv,
+)
 from specdec_tui.bench.llama_cpp import LLAMA_MODES, LlamaCppError
 from specdec_tui.bench.modes import (
     ALL_MODES,
@@ -186,15 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     except LlamaCppError as exc:
         print(f"specdec-bench: error: {exc}", file=sys.stderr)
         return 2
+    out = args.out or Path("bench-results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.csv"
+    replies = replies_path(out)
+    replies.parent.mkdir(parents=True, exist_ok=True)
+    replies.write_text("")
     bar = tqdm(total=len(prompts) * plan.runs_per_prompt(), unit="run", file=sys.stderr, dynamic_ncols=True)
 
-    def on_row(row: BenchRow) -> None:
+    def on_row(row: BenchRow, token_ids: tuple[int, ...]) -> None:
+        append_reply(replies, row, token_ids)
         bar.set_postfix_str(f"{row.prompt_id} {row.mode} k={row.k} {row.tokens_per_s:.1f} tok/s", refresh=False)
         bar.update()
 
     rows = run_suite(runtime, prompts, plan, on_row, traced, draft_runtimes)
     bar.close()
-    out = args.out or Path("bench-results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.csv"
     write_csv(rows, out)
     lines = summarize_rows(rows)
     print(format_summary(lines))
@@ -205,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
               f"tokens written by the draft alone); those speeds are not the pair's"
               + (f". Fault injection is on: {settings.faults.describe()}" if settings.faults.enabled else ""))
     print(f"\npeak resident memory: {peak_memory_mb():.0f} MB")
-    print(f"rows: {out}")
+    print(f"rows: {out}\nreplies: {replies}")
     if args.plot:
         plot_sweep(lines, args.plot)
         print(f"plot: {args.plot}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import resource
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from specdec_tui.bench.modes import DRAFT_VARIANT_MODES, SINGLE_SETTING_MODES, RunResult, run_mode, split_mode
 from specdec_tui.bench.suite import BenchPrompt
+from specdec_tui.engine.cached_model import first_difference
 from specdec_tui.engine.decoder import DecodeParams
 from specdec_tui.runtime import Runtime
 
@@ -39,6 +41,9 @@ class BenchRow:
     #: Nonzero only when a model failed (see ``[resilience]``): such a run's speed is not the pair's.
     degraded_tokens: int = 0
     failed_passes: int = 0
+    #: The first token where this reply parts from target-only's; None where identical. (llama.cpp's
+    #: replies part by design: its own quantization.)
+    differs_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,12 +103,13 @@ def run_suite(
     runtime: Runtime,
     prompts: Sequence[BenchPrompt],
     plan: BenchPlan,
-    on_row: Callable[[BenchRow], None] = lambda row: None,
+    on_row: Callable[[BenchRow, tuple[int, ...]], None] = lambda row, token_ids: None,
     traced: Runtime | None = None,
     draft_runtimes: Mapping[str, Runtime] | None = None,
 ) -> list[BenchRow]:
     """Run ``plan`` over ``prompts``; ``target`` always runs first for each prompt and repeat.
 
+    ``on_row`` gets each row as it is made, with the reply's token ids.
     ``draft_runtimes`` maps each of ``plan.drafts`` but the first to a runtime with that draft and
     ``runtime``'s target; the first is ``runtime``'s own."""
     runtimes = {plan.drafts[0]: runtime, "": runtime, **(draft_runtimes or {})}
@@ -122,6 +128,7 @@ def run_suite(
                 for draft, k, tau in plan.settings_for(mode):
                     result = run_mode(runtimes[draft], mode, prompt_ids, plan.params(k, tau, repeat), traced)
                     reference = reference or result
+                    differs_at = first_difference(result.token_ids, reference.token_ids)
                     row = BenchRow(
                         prompt_id=prompt.id,
                         category=prompt.category,
@@ -136,14 +143,15 @@ def run_suite(
                         tokens_per_s=round(result.tokens_per_s, 3),
                         acceptance_rate=None if result.acceptance_rate is None else round(result.acceptance_rate, 4),
                         mean_accepted=None if result.mean_accepted is None else round(result.mean_accepted, 3),
-                        identical_to_target=result.token_ids == reference.token_ids,
+                        identical_to_target=differs_at is None,
                         speedup_vs_target=round(result.tokens_per_s / reference.tokens_per_s, 3)
                         if reference.tokens_per_s else 0.0,
                         degraded_tokens=result.degraded_tokens,
                         failed_passes=result.failed_passes,
+                        differs_at=differs_at,
                     )
                     rows.append(row)
-                    on_row(row)
+                    on_row(row, tuple(result.token_ids))
     return rows
 
 
@@ -154,3 +162,16 @@ def write_csv(rows: Sequence[BenchRow], path: Path) -> None:
         writer.writeheader()
         for row in rows:
             writer.writerow({k: "" if v is None else v for k, v in asdict(row).items()})
+
+
+def replies_path(csv_path: Path) -> Path:
+    """Where each run's token ids go beside the CSV: a JSON line per row, in the CSV's order, so a
+    reply that parts from target-only's can be decoded again and told apart."""
+    return csv_path.with_suffix(".replies.jsonl")
+
+
+def append_reply(path: Path, row: BenchRow, token_ids: Sequence[int]) -> None:
+    line = {"prompt_id": row.prompt_id, "mode": row.mode, "draft": row.draft, "k": row.k, "tau": row.tau,
+            "repeat": row.repeat, "token_ids": list(token_ids)}
+    with path.open("a") as f:
+        f.write(json.dumps(line) + "\n")

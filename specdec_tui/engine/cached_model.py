@@ -88,6 +88,12 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return next(i for i in range(n) if a[i] != b[i])
 
 
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first token where the two outputs differ, None when identical."""
+    n = common_prefix_length(a, b)
+    return None if n == len(a) == len(b) else n
+
+
 class CachedModel:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.table import Table
@@ -11,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Static
 
-from specdec_tui.engine.cached_model import common_prefix_length
+from specdec_tui.engine.cached_model import first_difference
 from specdec_tui.engine.metrics import RunSummary
 
 #: How the first differing token, and what follows it, are shown.
@@ -27,12 +26,6 @@ class CompareRun:
     text: str
     #: Each token's text, as it streamed.
     pieces: tuple[str, ...] = ()
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first token where the two outputs differ, None when identical."""
-    n = common_prefix_length(a, b)
-    return None if n == len(a) == len(b) else n
 
 
 class CompareView(Vertical):

@@ -37,8 +37,8 @@ def host_instruction_sets() -> list[str]:
 @pytest.mark.parametrize("instruction_set", host_instruction_sets())
 def test_a_branch_row_is_bitwise_the_single_step_after_its_own_prefix(arch: str, precision: str,
                                                                        context: list[int], instruction_set: str):
-    # Branches where a draft doubts, not only at the first positions: none for draft 1.
-    drafts, branches = [5, 77, 140, 9], [(0, 61), (2, 203), (3, 18)]
+    # Branches where a draft doubts, not only at the first positions: none for draft 1, two for draft 2.
+    drafts, branches = [5, 77, 140, 9], [(0, 61), (2, 203), (2, 11), (3, 18)]
     with quantized_kernels.using_instruction_set(instruction_set):
         # As in a reply: the prompt but its last token is read first, then each step feeds a block.
         block, single = cached(arch, precision), cached(arch, precision)
@@ -79,13 +79,13 @@ def test_after_a_kept_branch_the_next_block_with_branches_is_one_pass_and_still_
 
 
 @needs_kernels
-def test_a_runner_refuses_branches_for_tokens_it_does_not_score_or_two_for_one_in_one_line():
+def test_a_runner_refuses_branches_for_tokens_it_does_not_score_or_one_token_twice_in_one_line():
     model = cached("qwen2")
     with pytest.raises(ValueError, match=r"cannot verify branches \[0, 1\]"):
         model.logits_for([*PROMPT, 5, 6], 2, [(0, 1), (1, 2)])  # one scored draft token: only (0, _)
     with pytest.raises(ValueError, match=r"cannot verify branches \[1, 1\]"):
-        model.logits_for([*PROMPT, 5, 6, 7], 3, [(1, 1), (1, 2)])
-    assert model.logits_for([*PROMPT, 5, 6, 7], 3, [(1, 2)]).shape[0] == 4
+        model.logits_for([*PROMPT, 5, 6, 7], 3, [(1, 2), (1, 2)])
+    assert model.logits_for([*PROMPT, 5, 6, 7], 3, [(1, 1), (1, 2)]).shape[0] == 5
 
 
 def test_transformers_forward_does_not_take_branches():

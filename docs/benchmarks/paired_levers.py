@@ -14,6 +14,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+import torch
+
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.engine.cached_model import CachedModel
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
@@ -74,12 +76,20 @@ def mode_reply(runtime: Runtime, ids: list[int], mode: str) -> FinishedEvent:
     return decoded(runtime.engine, ids, params, runtime.engine.drafter(mode, params))
 
 
-def draft_guesses(draft: CachedModel, prompt: list[int], reply: list[int]) -> tuple[list[int], list[int]]:
-    """The draft's greedy token and runner-up after each prefix of ``reply``, read in one
-    teacher-forced pass from an empty cache."""
+def draft_top(draft: CachedModel, prompt: list[int], reply: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draft's ``n`` likeliest ids after each prefix of ``reply`` and its probabilities of them
+    (both (len(reply), n)), read in one teacher-forced pass from an empty cache."""
     draft.reset()
-    top = draft.logits_for(prompt + reply[:-1], len(reply)).topk(2, dim=-1).indices
+    logits = draft.logits_for(prompt + reply[:-1], len(reply))
+    top = logits.topk(n, dim=-1).indices
+    return top, torch.softmax(logits, -1).gather(-1, top)
+
+
+def draft_guesses(draft: CachedModel, prompt: list[int], reply: list[int]) -> tuple[list[int], list[int]]:
+    """The draft's greedy token and runner-up after each prefix of ``reply`` (``draft_top``)."""
+    top = draft_top(draft, prompt, reply, 2)[0]
     return top[:, 0].tolist(), top[:, 1].tolist()
+
 
 def hybrid_reply(runtime: Runtime, engine: Engine, ids: list[int], name: str) -> Reply:
     """One reply on ``engine``: target-only for "target", else `hybrid`, with the one-row cost its

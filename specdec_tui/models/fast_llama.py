@@ -345,7 +345,7 @@ class FastLlama:
             if (self.kernel_layers is None or rows + extra > MAX_ROWS or len(set(branches)) < extra
                     or not 0 <= min(stand_ins) <= max(stand_ins) < n_logits - 1):
                 raise ValueError(f"cannot verify branches {stand_ins} here (kernel layers, at most {MAX_ROWS} rows, "
-                                 "each a scored draft token's and no token twice for one)")
+                                 "each branch for a scored draft token, no branch twice)")
             # A branch takes the position of the token it stands in for, and sees the positions before it.
             # (A token or two before the scored block, such as the previous step's kept branch and the
             # target's token after it, share the pass: a pass of their own would stream the weights again.)

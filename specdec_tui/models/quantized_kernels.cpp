@@ -697,8 +697,8 @@ void weigh_values(const Query* queries, int64_t count, const float* values, cons
 
 // Each query's scores against the keys it sees, eight keys at a time, and a branch's own key at
 // position stop, as it would score there: a score does not depend on its path. Dot is dot_lanes or
-// dot_lanes_wide; the loop is inlined into score_keys or score_keys_wide, so the 512-bit dot product
-// is inlined only where the function around it is compiled for AVX-512.
+// dot_lanes_wide; the loop is inlined into score_keys or score_keys_wide, and only the latter, compiled
+// for AVX-512 and flattened, may (and must, to be fast) inline the 512-bit dot product.
 using DotLanes = __m256 (*)(const float*, const float*);
 
 template <int C, DotLanes Dot>
@@ -727,7 +727,7 @@ void score_keys(const Query* queries, int64_t count, const float* keys, float* s
 }
 
 template <int C>
-__attribute__((target("avx512f"))) void score_keys_wide(const Query* queries, int64_t count, const float* keys,
+__attribute__((target("avx512f"), flatten)) void score_keys_wide(const Query* queries, int64_t count, const float* keys,
                                                         float* scores, int64_t stride, int64_t longest) {
   score_keys_by<C, dot_lanes_wide<C>>(queries, count, keys, scores, stride, longest);
 }

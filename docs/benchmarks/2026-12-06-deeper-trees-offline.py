@@ -95,7 +95,7 @@ def main() -> None:
                 continue
             at = record.accepted - 1  # the kept branch's index in the draft, its position in the reply:
             position = fed - len(prompt) + at
-            last = at == record.drafted - 1 or at >= modelled - 1
+            last = at >= modelled - 1  # as the offered branches are counted
             agrees = position + 1 < len(reply) and int(top[position + 1, 0]) == reply[position + 1]
             found["kept at the last token" if last else "kept before it"] += 1
             found["kept at the last token, next agrees" if last else "kept before it, next agrees"] += agrees

@@ -28,9 +28,9 @@ from paired_levers import Reply, decoded, engine_with, interleaved, print_paired
 
 from specdec_tui.config import Settings
 from specdec_tui.engine import decoder
-from specdec_tui.engine.acceptance import Verdict, first_argmax
+from specdec_tui.engine.acceptance import Verdict
 from specdec_tui.engine.cached_model import Branch
-from specdec_tui.engine.drafters import HybridDrafter, ModelDrafter
+from specdec_tui.engine.drafters import HybridDrafter, ModelDrafter, second_best
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import AcceptanceByConfidence
 from specdec_tui.runtime import load_runtime
@@ -50,10 +50,10 @@ decoder.verify_block = remembered_verdict
 
 
 def third_best(logits: torch.Tensor, best: int, runner_up: int) -> int:
+    """The draft's third choice: ``second_best`` once ``best`` is out of the running; -1 if none."""
     others = logits.clone()
-    others[[best, runner_up]] = float("-inf")
-    third = int(first_argmax(others))
-    return third if others[third] > float("-inf") else -1
+    others[best] = float("-inf")
+    return second_best(others, runner_up)
 
 
 class ThirdChoices(ModelDrafter):

@@ -151,7 +151,7 @@ def run_suite(
                         differs_at=differs_at,
                     )
                     rows.append(row)
-                    on_row(row, tuple(result.token_ids))
+                    on_row(row, result.token_ids)
     return rows
 
 

@@ -15,7 +15,8 @@ same replies would have if neither prompt pass cost anything: how much of what `
 its steps the prompt passes take back.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-04-time-split.py
-The output of 2026-12-04 (AMD EPYC Zen 3, 2 cores, AVX2) is 2026-12-04-time-split.txt beside this file.
+The output of 2026-12-04 (AMD EPYC Zen 3, 2 cores, AVX2) is 2026-12-04-time-split.txt beside this file;
+that of 2026-12-06 (the Intel Xeon with AVX-512 VNNI, 2 cores) 2026-12-06-time-split-xeon.txt.
 """
 
 from __future__ import annotations

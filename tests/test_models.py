@@ -411,6 +411,21 @@ def test_a_long_prompts_last_layer_carries_on_only_the_rows_whose_logits_are_ask
     assert torch.equal(after_last_two, after_every_row)
 
 
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_a_long_prompts_pass_computes_every_row_as_single_steps_do(precision: str):
+    runner = FastLlama.from_model(tiny_model("qwen2"), precision, exact=True)
+    if runner.kernel_layers is None:
+        pytest.skip("the package's kernels do not build here")
+    prompt = list(range(3, 3 + 2 * MAX_ROWS + 6))  # past the one-call kernel's rows: the layers' modules run it
+    runner.reset()
+    whole = torch.cat([runner.forward(prompt, len(prompt)), runner.forward([7], 1)])
+    runner.reset()
+    stepped = torch.cat([runner.forward([token], 1) for token in [*prompt, 7]])
+    # Bit for bit, so a conversation's next turn, read from a cache its steps wrote, is what reading it
+    # afresh gives.
+    assert torch.equal(whole, stepped)
+
+
 def block_logits(model: LoadedModel) -> torch.Tensor:
     """A prompt's last logits, then a verify block's: what a packed copy must reproduce bit for bit."""
     model.runner.reset()

@@ -88,13 +88,13 @@ class Attention(nn.Module):
 
 class KernelAttention(Attention):
     """The same attention in two calls of the package's kernels instead of about twenty small ops
-    per layer; a prompt's long block still takes the masked kernel."""
+    per layer. A prompt's long block too: each row as a single step computes it, so a prompt read in
+    one pass leaves the cache its steps would have (and torch's masked kernel was slower: 1.34 against
+    0.61 ms a layer at 130 rows, 57 against 30 at 1040, the target's heads on the Xeon)."""
 
     def forward(self, projected: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
                 values: torch.Tensor, length: int) -> torch.Tensor:
         q = torch.ops.specdec.rotate_into_cache(projected, cos, sin, keys, values, length, self.heads, self.scale)
-        if q.shape[0] > self.max_rows:
-            return self.attend_block(q, keys, values, length)
         return torch.ops.specdec.attend_rows(q, keys, values, length)
 
 

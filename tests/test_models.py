@@ -379,7 +379,7 @@ def test_the_fast_runner_runs_each_layer_as_one_kernel_call_or_as_torchscript_wi
     # as one TorchScript module.
     assert (runner.kernel_layers is not None) == own_kernels
     assert isinstance(runner.stack, torch.jit.ScriptModule) != own_kernels
-    prompt, block = list(range(3, 3 + MAX_ROWS + 6)), [5, 17, 42]  # a prompt long enough for the masked kernel
+    prompt, block = list(range(3, 3 + MAX_ROWS + 6)), [5, 17, 42]  # longer than the one-call kernel takes: the layers' modules run it
 
     def logits() -> torch.Tensor:
         runner.reset()

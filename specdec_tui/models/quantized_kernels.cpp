@@ -47,8 +47,8 @@ constexpr int64_t kInt4Columns = 8;    // output columns per int4 block: one 8-l
 constexpr int64_t kInt4Group = 64;     // inputs sharing one int4 scale and minimum
 constexpr int kMostRows = 12;          // the most rows per pass any instruction set takes
 // Whether passes of one or two rows (a one-token step, a short verify) fetch their weights ahead in
-// software as longer ones do: -1 as each instruction set chooses (SPECDEC_SHORT_PASS_PREFETCH and
-// SPECDEC_LONE_INT4_ROW_PREFETCH), 0 or 1 to override that (for measurements).
+// software as longer ones do: -1 as each instruction set chooses (SPECDEC_SHORT_PASS_PREFETCH), 0 or
+// 1 to override that (for measurements).
 std::atomic<int> short_pass_prefetch{-1};
 
 // One instruction set's products: int8 multiplies up to int8_rows rows with one block of weights
@@ -83,7 +83,6 @@ struct Products {
 #define SPECDEC_ISA avx2
 #define SPECDEC_TARGET
 #define SPECDEC_SHORT_PASS_PREFETCH false
-#define SPECDEC_LONE_INT4_ROW_PREFETCH false
 #define SPECDEC_INT8_ROWS 5
 #define SPECDEC_INT4_ROWS 3
 namespace {
@@ -92,7 +91,6 @@ namespace {
 
 #define SPECDEC_ISA avx_vnni
 #define SPECDEC_SHORT_PASS_PREFETCH true
-#define SPECDEC_LONE_INT4_ROW_PREFETCH true
 #define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define SPECDEC_DPBUSD _mm256_dpbusd_avx_epi32
 #define SPECDEC_INT8_ROWS 6
@@ -102,27 +100,15 @@ namespace {
 #include "quantized_products.inc"
 }
 
-namespace {
-// On an AMD processor int8 passes of one or two rows leave the fetching to the hardware, as they do
-// on AVX2. On a Zen 4 EPYC, timed against fetching ahead pass by pass on the loaded pair after 300
-// tokens, a lone row took 0.76-0.96x and two rows 0.92-0.95x; in two paired runs of the suite
-// target-only replies ran 1.06-1.32x faster, `hybrid` ones 0.94-1.01x. (A draft's lone int4 row still fetches far: 0.95-0.96x without
-// there, but 0.90-0.95x with on an earlier EPYC. An Intel processor's int8 calls take the wide
-// passes, which fetch far ahead regardless.)
-bool amd_processor() {
-  __builtin_cpu_init();
-  return __builtin_cpu_is("amd");
-}
-const bool kShortPassesFetchHere = !amd_processor();
-}
-
 // EVEX-encoded vpdpbusd reaches 32 registers: 24 accumulators for twelve rows. (On 512-bit
 // registers, sixteen rows a pass, an AMD EPYC ran 16-row passes faster but 5- and 9-row ones slower:
 // calls of many rows, a prompt's, take the wide passes, two blocks of weights and 12 rows at a time;
 // on an Intel processor, which runs them whole, every int8 call does.)
+// (On a Zen 4 EPYC, int8 passes of one or two rows without the fetches, as on AVX2, took 0.76-0.96x
+// and 0.92-0.95x the time, and target-only replies ran 1.06-1.32x faster, but `hybrid` ones
+// 0.94-0.98x on prose and 0.98-1.04x on code in three paired runs, so they fetch as before.)
 #define SPECDEC_ISA avx512_vnni
-#define SPECDEC_SHORT_PASS_PREFETCH kShortPassesFetchHere
-#define SPECDEC_LONE_INT4_ROW_PREFETCH true
+#define SPECDEC_SHORT_PASS_PREFETCH true
 #define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define SPECDEC_DPBUSD _mm256_dpbusd_epi32
 #define SPECDEC_INT8_ROWS 12

@@ -199,7 +199,7 @@ def using_short_pass_prefetch(on: bool | None) -> AbstractContextManager[int]:
     """Inside the block, passes of one or two rows fetch their weights ahead in software as longer
     ones do (``True``), fetch less (``False``: a lone int8 row nothing, two rows and a lone int4 row
     only the near lines), or do as the instruction set chooses (``None``, the default: less on
-    AVX2, and int8 passes less on AMD processors); the numbers are the same either way (for tests and measurements). Int8 calls that take
+    AVX2); the numbers are the same either way (for tests and measurements). Int8 calls that take
     the wide passes (every one on an Intel processor with AVX-512 VNNI) fetch far ahead regardless."""
     return _kernel_setting("use_short_pass_prefetch", -1 if on is None else int(on))
 

@@ -14,9 +14,9 @@ Run: .venv/bin/python docs/benchmarks/2026-12-04-short-pass-prefetch.py
 The output of 2026-12-04 (AMD EPYC Zen 3, 2 cores, AVX2) is 2026-12-04-short-pass-prefetch.txt beside
 this file; 2026-12-04-lone-row-prefetch.txt is this script's first version's, an hour before, when
 only a lone row fetched less (its passes: a draft token and target passes of one and five rows).
-2026-12-06-short-pass-prefetch-amd-vnni-1.txt and -2.txt are its runs on a Zen 4 EPYC with AVX-512
+2026-12-06-short-pass-prefetch-amd-vnni-1.txt to -4.txt are its runs on a Zen 4 EPYC with AVX-512
 VNNI (2026-12-06), on trial builds whose default fetched less on AMD processors (not kept): the
-first with int8 and int4 short passes fetching less, the second and third with the int8 ones only.
+first with int8 and int4 short passes fetching less, the second to fourth with the int8 ones only.
 """
 
 from __future__ import annotations

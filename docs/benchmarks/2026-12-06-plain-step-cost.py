@@ -1,12 +1,12 @@
 """The paired run for pricing a drafted step's rows apart from a plain step's one-row pass (this
-folder's README, "A plain step's pass priced apart").
+folder's README, "A plain step's pass priced apart, paired (not kept)").
 
 The products may run a one-row pass apart from passes of more rows: on AVX2, and on a trial build
 on AMD processors with AVX-512 VNNI too (not kept), an int8 pass of one or two rows leaves its
 fetching to the hardware. (On the package's own build, `target` and `fetching-target` are the same
-on a host with AVX-512 VNNI, and so are the `hybrid` variants with and without `fetching-`.) The verify-cost table drew its line for unmeasured row counts, and each extra
-row's slope, through the one-row cost, so a cheaper plain step made a drafted step's rows look
-dearer. Here, interleaved per prompt in one process (the order rotating), all 28 prompts of the
+on a host with AVX-512 VNNI, and so are the `hybrid` variants with and without `fetching-`.) The
+verify-cost table drew its line for unmeasured row counts, and each extra row's slope, through the
+one-row cost, so a cheaper plain step made a drafted step's rows look dearer. Here, interleaved per prompt in one process (the order rotating), all 28 prompts of the
 suite, greedy, 128 new tokens, fresh caches, default settings, each variant with an engine of its
 own:
 - `target`: target-only, the int8 short passes fetching less (the trial build's choice);

@@ -1,6 +1,6 @@
 """How many rows `hybrid`'s target passes take, on the suite's prompts of one category, with the
 short passes as the instruction set chooses and with every pass fetching ahead (this folder's
-README, "Short passes' fetching on a Zen 4 EPYC").
+README, "The same on a Zen 4 EPYC with AVX-512 VNNI (2026-12-06, not kept)").
 
 Int8 passes of one or two rows are the only ones whose fetching the instruction set's choice
 changes, so a `hybrid` reply can only be as much faster or slower from it as it runs such passes.

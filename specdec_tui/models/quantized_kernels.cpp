@@ -105,8 +105,9 @@ namespace {
 // calls of many rows, a prompt's, take the wide passes, two blocks of weights and 12 rows at a time;
 // on an Intel processor, which runs them whole, every int8 call does.)
 // (On a Zen 4 EPYC, int8 passes of one or two rows without the fetches, as on AVX2, took 0.76-0.96x
-// and 0.92-0.95x the time, and target-only replies ran 1.06-1.32x faster, but `hybrid` ones
-// 0.94-0.98x on prose and 0.98-1.04x on code in three paired runs, so they fetch as before.)
+// and 0.92-0.97x the time, and target-only replies ran 1.06-1.32x faster, but `hybrid` ones, which
+// almost never run such passes, 0.94-1.01x on prose and 0.98-1.04x on code in five paired runs, so
+// they fetch as before.)
 #define SPECDEC_ISA avx512_vnni
 #define SPECDEC_SHORT_PASS_PREFETCH true
 #define SPECDEC_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))

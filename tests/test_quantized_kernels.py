@@ -221,6 +221,30 @@ def test_int8_calls_of_a_few_rows_on_the_wide_passes_give_the_same_bits_as_on_th
 
 
 @needs_kernels
+def test_int4_calls_on_the_wide_passes_from_any_row_count_give_the_narrow_ones_bits():
+    if "avx512_vnni" not in quantized_kernels.instruction_sets():
+        pytest.skip("this processor has no avx512_vnni")
+    torch.manual_seed(13)
+    layer = PackedInt4Linear(linear(21, 200, True, 9))  # three blocks: the last is paired with itself
+    x = torch.randn(13, layer.in_features) * 3
+    assert quantized_kernels.kernel_setting("use_wide_int4_passes_from") == 6
+    with quantized_kernels.using_instruction_set("avx512_vnni"):
+        with quantized_kernels.using_wide_passes(False):
+            narrow = [layer(x[:rows]) for rows in range(1, 14)]
+        with quantized_kernels.using_wide_int4_passes_from(1):
+            wide = [layer(x[:rows]) for rows in range(1, 14)]  # one pass each up to 12 rows, then two
+            assert quantized_kernels.kernel_setting("use_wide_int4_passes_from") == 1
+        with quantized_kernels.using_wide_int4_passes_from(2):
+            from_two = [layer(x[:rows]) for rows in range(1, 14)]
+    assert quantized_kernels.kernel_setting("use_wide_int4_passes_from") == 6
+    for rows, (expected, got, other) in enumerate(zip(narrow, wide, from_two, strict=True), start=1):
+        assert torch.equal(got, expected), rows
+        assert torch.equal(other, expected), rows
+    with pytest.raises(RuntimeError, match="use_wide_int4_passes_from: at least 1 row, not 0"):
+        torch.ops.specdec.use_wide_int4_passes_from(0)
+
+
+@needs_kernels
 def test_short_passes_give_the_same_bits_whether_or_not_they_fetch_ahead(instruction_set_here: str):
     name = instruction_set_here
     torch.manual_seed(11)

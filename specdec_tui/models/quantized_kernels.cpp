@@ -69,7 +69,7 @@ struct Products {
   int wide_int4_rows;
   void (*wide_int4)(int rows, const uint8_t* first, const uint8_t* second, const uint16_t* first_scales,
                     const uint16_t* second_scales, const uint16_t* first_minimums, const uint16_t* second_minimums,
-                    const int8_t* const* q, const float* const* sums, int64_t groups, float* out);
+                    const int8_t* const* q, const float* const* sums, int64_t groups, float* out, bool far);
 };
 
 }  // namespace
@@ -165,7 +165,12 @@ int64_t wide_int8_from_here() {
   return __builtin_cpu_is("intel") ? 1 : 32;
 }
 std::atomic<int64_t> wide_int8_from{wide_int8_from_here()};
-constexpr int64_t kWideInt4From = 6;
+// The int4 calls' threshold. The wide int4 passes read two blocks a thread at once, and a step's pass
+// fetches both far ahead: on a Zen 4 EPYC its products from memory took 0.94-0.97x the 256-bit
+// pass's time at 2-5 rows and 0.85-0.89x at 6-9. Taken from two rows, they made the int4 target's
+// `hybrid` 1.03-1.07x faster but the default pair's 0.96-0.98x on code generation in two paired
+// runs, so calls take them from six rows, as before the far fetches.
+std::atomic<int64_t> wide_int4_from{6};
 
 std::vector<std::string> instruction_sets() {
   std::vector<std::string> names;
@@ -181,6 +186,10 @@ bool use_wide_passes(bool on) { return wide_passes.exchange(on); }
 int64_t use_wide_passes_from(int64_t rows) {
   TORCH_CHECK(rows >= 1, "use_wide_passes_from: at least 1 row, not ", rows);
   return wide_int8_from.exchange(rows);
+}
+int64_t use_wide_int4_passes_from(int64_t rows) {
+  TORCH_CHECK(rows >= 1, "use_wide_int4_passes_from: at least 1 row, not ", rows);
+  return wide_int4_from.exchange(rows);
 }
 int64_t use_short_pass_prefetch(int64_t setting) {
   TORCH_CHECK(setting >= -1 && setting <= 1, "use_short_pass_prefetch: -1, 0 or 1, not ", setting);
@@ -414,8 +423,10 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
     }
   };
   const int64_t block_bytes = groups * (kInt4Group / 2) * kInt4Columns, block_halves = groups * kInt4Columns;
-  if (products.wide_int4 != nullptr && wide_passes.load() && rows >= kWideInt4From) {
-    // Two blocks at a time; an odd last block is paired with itself and stored once.
+  if (products.wide_int4 != nullptr && wide_passes.load() && rows >= wide_int4_from.load()) {
+    // Two blocks at a time; an odd last block is paired with itself and stored once. A call of one
+    // pass (a step's) fetches far ahead; in a prompt's, the later passes over a block find it in cache.
+    const bool far = rows <= products.wide_int4_rows;
     at::parallel_for(0, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
       float block_out[kMostRows * 2 * kInt4Columns];
       const int8_t* chunk[kMostRows];
@@ -428,7 +439,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
           rows_at(m0, count, chunk, chunk_sums);
           products.wide_int4(count, w + block * block_bytes, w + next * block_bytes, s + block * block_halves,
                              s + next * block_halves, mn + block * block_halves, mn + next * block_halves, chunk,
-                             chunk_sums, groups, block_out);
+                             chunk_sums, groups, block_out, far);
           store_block(block, m0, count, block_out, 2 * kInt4Columns);
           if (next != block) store_block(next, m0, count, block_out + kInt4Columns, 2 * kInt4Columns);
         }
@@ -935,6 +946,7 @@ TORCH_LIBRARY(specdec, m) {
   m.def("use_instruction_set(str name) -> ()", &use_instruction_set);
   m.def("use_wide_passes(bool on) -> bool", &use_wide_passes);
   m.def("use_wide_passes_from(int rows) -> int", &use_wide_passes_from);
+  m.def("use_wide_int4_passes_from(int rows) -> int", &use_wide_int4_passes_from);
   m.def("use_short_pass_prefetch(int setting) -> int", &use_short_pass_prefetch);
   m.def("decoder_layers(Tensor x, Tensor cos, Tensor sin, Tensor(a!)[] keys, Tensor(b!)[] values, int length, "
         "int heads, float scale, float eps, Tensor[] norms, int[] kinds, Tensor[] weights, Tensor[] biases, "

@@ -175,8 +175,8 @@ _SETTING_PROBES: dict[str, bool | int] = {"use_wide_passes": True, "use_wide_pas
 def kernel_setting(op: str) -> bool | int:
     """The value of the kernel setting ``torch.ops.specdec.<op>`` now (``use_wide_passes``,
     ``use_wide_passes_from``, ``use_wide_int4_passes_from`` or ``use_short_pass_prefetch``; for tests
-    and measurements). The ops
-    only set, returning the value before, so this sets a valid value and gives the returned one back."""
+    and measurements). The ops only set, returning the value before, so this sets a valid value and
+    gives the returned one back."""
     if op not in _SETTING_PROBES:
         raise ValueError(f"no kernel setting {op!r} (settings: {', '.join(_SETTING_PROBES)})")
     with _kernel_setting(op, _SETTING_PROBES[op]) as current:

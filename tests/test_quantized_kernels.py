@@ -197,51 +197,44 @@ def test_reading_a_kernel_setting_leaves_it_as_it_was():
         quantized_kernels.kernel_setting("use_wide")
 
 
+# Per kind: the layer (three blocks, the last paired with itself), the threshold's setting, its
+# context manager, and another threshold to read back and decode under.
+WIDE_THRESHOLDS = {
+    "int8": (lambda: PackedInt8Linear(linear(45, 700, True, 8)), "use_wide_passes_from",
+             quantized_kernels.using_wide_passes_from, 32),
+    "int4": (lambda: PackedInt4Linear(linear(21, 200, True, 9)), "use_wide_int4_passes_from",
+             quantized_kernels.using_wide_int4_passes_from, 2),
+}
+
+
 @needs_kernels
-def test_int8_calls_of_a_few_rows_on_the_wide_passes_give_the_same_bits_as_on_the_narrow_ones():
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_calls_of_a_few_rows_on_the_wide_passes_give_the_same_bits_as_on_the_narrow_ones(kind: str):
     if "avx512_vnni" not in quantized_kernels.instruction_sets():
         pytest.skip("this processor has no avx512_vnni")
+    make_layer, setting, using_threshold, other = WIDE_THRESHOLDS[kind]
     torch.manual_seed(12)
-    layer = PackedInt8Linear(linear(45, 700, True, 8))  # three blocks: the last is paired with itself
+    layer = make_layer()
     x = torch.randn(13, layer.in_features) * 3
-    default = quantized_kernels.kernel_setting("use_wide_passes_from")  # 1 on Intel processors, 32 elsewhere
+    # int8: 1 on Intel processors, 32 elsewhere; int4: 6 everywhere.
+    default = quantized_kernels.kernel_setting(setting)
+    if kind == "int4":
+        assert default == 6
     with quantized_kernels.using_instruction_set("avx512_vnni"):
         with quantized_kernels.using_wide_passes(False):
             narrow = [layer(x[:rows]) for rows in range(1, 14)]
-        with quantized_kernels.using_wide_passes_from(1):
+        with using_threshold(1):
             wide = [layer(x[:rows]) for rows in range(1, 14)]  # one pass each up to 12 rows, then two
-            assert quantized_kernels.kernel_setting("use_wide_passes_from") == 1
-        with quantized_kernels.using_wide_passes_from(32):
-            assert quantized_kernels.kernel_setting("use_wide_passes_from") == 32
-    assert quantized_kernels.kernel_setting("use_wide_passes_from") == default
-    for rows, (expected, got) in enumerate(zip(narrow, wide, strict=True), start=1):
+            assert quantized_kernels.kernel_setting(setting) == 1
+        with using_threshold(other):
+            assert quantized_kernels.kernel_setting(setting) == other
+            from_other = [layer(x[:rows]) for rows in range(1, 14)]
+    assert quantized_kernels.kernel_setting(setting) == default
+    for rows, (expected, got, also) in enumerate(zip(narrow, wide, from_other, strict=True), start=1):
         assert torch.equal(got, expected), rows
-    with pytest.raises(RuntimeError, match="use_wide_passes_from: at least 1 row, not 0"):
-        torch.ops.specdec.use_wide_passes_from(0)
-
-
-@needs_kernels
-def test_int4_calls_on_the_wide_passes_from_any_row_count_give_the_narrow_ones_bits():
-    if "avx512_vnni" not in quantized_kernels.instruction_sets():
-        pytest.skip("this processor has no avx512_vnni")
-    torch.manual_seed(13)
-    layer = PackedInt4Linear(linear(21, 200, True, 9))  # three blocks: the last is paired with itself
-    x = torch.randn(13, layer.in_features) * 3
-    assert quantized_kernels.kernel_setting("use_wide_int4_passes_from") == 6
-    with quantized_kernels.using_instruction_set("avx512_vnni"):
-        with quantized_kernels.using_wide_passes(False):
-            narrow = [layer(x[:rows]) for rows in range(1, 14)]
-        with quantized_kernels.using_wide_int4_passes_from(1):
-            wide = [layer(x[:rows]) for rows in range(1, 14)]  # one pass each up to 12 rows, then two
-            assert quantized_kernels.kernel_setting("use_wide_int4_passes_from") == 1
-        with quantized_kernels.using_wide_int4_passes_from(2):
-            from_two = [layer(x[:rows]) for rows in range(1, 14)]
-    assert quantized_kernels.kernel_setting("use_wide_int4_passes_from") == 6
-    for rows, (expected, got, other) in enumerate(zip(narrow, wide, from_two, strict=True), start=1):
-        assert torch.equal(got, expected), rows
-        assert torch.equal(other, expected), rows
-    with pytest.raises(RuntimeError, match="use_wide_int4_passes_from: at least 1 row, not 0"):
-        torch.ops.specdec.use_wide_int4_passes_from(0)
+        assert torch.equal(also, expected), rows
+    with pytest.raises(RuntimeError, match=f"{setting}: at least 1 row, not 0"):
+        getattr(torch.ops.specdec, setting)(0)
 
 
 @needs_kernels

@@ -46,6 +46,8 @@ INT8_COLUMNS = 16  # kBlockColumns in the source
 INT8_GROUP = 4  # kGroup in the source
 INT4_COLUMNS = 8  # kInt4Columns in the source
 INT4_GROUP = 64  # kInt4Group in the source
+INDEXED_COLUMNS = 4  # kTableColumns in the source
+INDEXED_INPUTS = 32  # kTableInputs in the source
 ATTENTION_HEAD_SIZES = (16, 32, 64, 128)  # the head sizes attend_rows is compiled for
 BUILD_SECONDS = 300
 
@@ -218,10 +220,14 @@ def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     Each output column (a row of ``weight``) gets its own scale, absolute maximum / 127. Columns
     are padded to a multiple of 16 and inputs to a multiple of 4 with zero weights.
     """
-    out_features, in_features = weight.shape
     weight = weight.detach().float()
     scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-    q = torch.round(weight / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    return int8_blocks(torch.round(weight / scales[:, None]).clamp_(-127, 127).to(torch.int8), scales)
+
+
+def int8_blocks(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Int8 weights ``q`` [N, K] with their column scales [N] as ``pack_int8`` returns them."""
+    out_features, in_features = q.shape
     columns = -(-out_features // INT8_COLUMNS) * INT8_COLUMNS
     width = -(-in_features // INT8_GROUP) * INT8_GROUP
     padded = torch.zeros(columns, width, dtype=torch.int8)
@@ -231,6 +237,62 @@ def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     column_scales[:out_features] = scales
     column_sums = padded.sum(dim=1, dtype=torch.int32)
     return blocks, column_scales, column_sums
+
+
+def index_tables(indices: torch.Tensor, steps: torch.Tensor, offsets: torch.Tensor) -> tuple[
+        torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Int8 tables for weights ``steps * indices - offsets`` (a Q4_K tensor's: ``indices`` [N, K] in
+    [0, 15], ``steps`` and ``offsets`` [N, K / 32] float32, one per column and 32 inputs).
+
+    Returns each table's A and B (int16, [N, K / 32]; the table is ``expand_tables``'s) and the
+    column scales [N]. A column's scale is its float weights' absolute maximum / 127, as
+    ``pack_int8``'s, and its tables round the weights over that scale as ``pack_int8`` does, to
+    within 1/256 of a step more."""
+    rows, width = indices.shape
+    if width % INDEXED_INPUTS or steps.shape != (rows, width // INDEXED_INPUTS) or offsets.shape != steps.shape:
+        raise ValueError(f"index_tables: {tuple(indices.shape)} indices need a step and an offset per 32 inputs")
+    weight = steps.repeat_interleave(INDEXED_INPUTS, dim=1) * indices.float() - offsets.repeat_interleave(INDEXED_INPUTS, dim=1)
+    scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    # T[q] = floor((A q + B) / 128) = round(A / 128 q + (B - 64) / 128), A / 128 ~ step / scale
+    a = torch.round(steps.double() * 128 / scales.double()[:, None])
+    b = torch.round(-offsets.double() * 128 / scales.double()[:, None]) + 64
+    return a.to(torch.int16), b.to(torch.int16), scales
+
+
+def expand_tables(indices: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The int8 weights [N, K] that ``indices`` pick from the tables ``(a q + b) >> 7`` (saturated)."""
+    a32 = a.to(torch.int32).repeat_interleave(INDEXED_INPUTS, dim=1)
+    b32 = b.to(torch.int32).repeat_interleave(INDEXED_INPUTS, dim=1)
+    return torch.bitwise_right_shift(a32 * indices.to(torch.int32) + b32, 7).clamp_(-128, 127).to(torch.int8)
+
+
+def pack_indexed_int8(indices: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scales: torch.Tensor) -> tuple[
+        torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``index_tables``'s weights as ``indexed_int8_linear`` reads them: records [N/4, K/32, 80] (per
+    4 columns and 32 inputs, the indices, then A and B of each column), column scales and column
+    sums (of the expanded int8 weights), columns padded to a multiple of 4 with zero tables."""
+    rows, width = indices.shape
+    columns = -(-rows // INDEXED_COLUMNS) * INDEXED_COLUMNS
+    steps = width // INDEXED_INPUTS
+
+    def padded(values: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros((columns, *values.shape[1:]), dtype=values.dtype)
+        out[:rows] = values
+        return out
+
+    q = padded(indices.to(torch.uint8)).view(columns // INDEXED_COLUMNS, INDEXED_COLUMNS, steps, 2, 16)
+    q = q.permute(0, 2, 1, 3, 4)
+    nibbles = (q[..., 0, :] | (q[..., 1, :] << 4)).reshape(columns // INDEXED_COLUMNS, steps, 64)
+
+    def per_record(values: torch.Tensor) -> torch.Tensor:
+        blocked = padded(values).view(columns // INDEXED_COLUMNS, INDEXED_COLUMNS, steps).transpose(1, 2)
+        return blocked.contiguous().view(torch.uint8)
+
+    records = torch.cat([nibbles, per_record(a), per_record(b)], dim=2).contiguous()
+    column_scales = torch.ones(columns)
+    column_scales[:rows] = scales
+    column_sums = padded(expand_tables(indices, a, b)).sum(dim=1, dtype=torch.int32)
+    return records, column_scales, column_sums
 
 
 def pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,36 @@
+"""A GGUF Q4_K tensor's 4-bit indices with each sub-block's step and offset, read from its blocks.
+
+A Q4_K block covers 256 inputs of one row: two float16 scales (d, dmin), twelve bytes of 6-bit
+sub-block scales and minimums, and 128 bytes of indices. Each of its eight sub-blocks of 32 inputs
+holds ``d * scale * q - dmin * minimum``; those two products, in float32 as ``gguf`` computes them, are
+the sub-block's step and offset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from gguf.quants import Q4_K
+
+BLOCK_INPUTS = 256
+BLOCK_BYTES = 144
+SUB_BLOCK_INPUTS = 32
+
+
+def q4k_parts(blocks: np.ndarray, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Indices [rows, width] (uint8 in [0, 15]) and steps and offsets [rows, width / 32] (float32) of
+    the Q4_K tensor whose raw blocks are ``blocks`` (uint8, ``rows * width / 256`` blocks of 144 bytes)."""
+    if width % BLOCK_INPUTS or blocks.size != rows * width // BLOCK_INPUTS * BLOCK_BYTES:
+        raise ValueError(f"q4k_parts: {blocks.size} bytes are not a {rows} x {width} Q4_K tensor")
+    raw = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, BLOCK_BYTES)
+    d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
+    dmin = raw[:, 2:4].copy().view(np.float16).astype(np.float32)
+    scale, minimum = Q4_K.get_scale_min(raw[:, 4:16])
+    steps = d * scale.astype(np.float32)
+    offsets = dmin * minimum.astype(np.float32)
+    # 32 bytes a pair of sub-blocks: the first's indices in the low nibbles, the second's in the high
+    packed = raw[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    indices = (packed & np.uint8(0x0F)).reshape(rows, width)
+    per_row = width // SUB_BLOCK_INPUTS
+    return (torch.from_numpy(indices.copy()), torch.from_numpy(steps.reshape(rows, per_row).copy()),
+            torch.from_numpy(offsets.reshape(rows, per_row).copy()))

@@ -1,0 +1,83 @@
+"""Int8 weights held as 4-bit indices into per-column tables (a Q4_K tensor's), and their kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+
+from specdec_tui.models import quantized_kernels
+from specdec_tui.models.q4k import BLOCK_BYTES, BLOCK_INPUTS, q4k_parts
+
+needs_avx512_vnni = pytest.mark.skipif(
+    not quantized_kernels.available() or "avx512_vnni" not in quantized_kernels.instruction_sets(),
+    reason="indexed_int8_linear runs on AVX-512 VNNI only",
+)
+
+
+def q4k_blocks(rows: int, width: int, seed: int) -> np.ndarray:
+    """Random Q4_K blocks with ordinary float16 scales (random bytes elsewhere)."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, size=(rows * width // BLOCK_INPUTS, BLOCK_BYTES), dtype=np.uint8)
+    blocks[:, 0:2] = rng.uniform(1e-4, 2e-3, size=(len(blocks), 1)).astype(np.float16).view(np.uint8)
+    blocks[:, 2:4] = rng.uniform(1e-4, 2e-3, size=(len(blocks), 1)).astype(np.float16).view(np.uint8)
+    return blocks
+
+
+def random_parts(rows: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    indices = torch.randint(0, 16, (rows, width), generator=generator, dtype=torch.uint8)
+    steps = torch.rand(rows, width // 32, generator=generator) * 0.02 + 1e-4
+    offsets = (torch.rand(rows, width // 32, generator=generator) - 0.3) * 0.2
+    return indices, steps, offsets
+
+
+def test_q4k_parts_give_the_weights_gguf_dequantizes():
+    rows, width = 6, 512
+    blocks = q4k_blocks(rows, width, seed=1)
+    indices, steps, offsets = q4k_parts(blocks, rows, width)
+    weight = steps.repeat_interleave(32, dim=1) * indices.float() - offsets.repeat_interleave(32, dim=1)
+    expected = torch.from_numpy(dequantize(blocks, GGMLQuantizationType.Q4_K).reshape(rows, width))
+    assert int(indices.max()) <= 15
+    assert torch.equal(weight, expected)
+
+
+def test_q4k_parts_refuse_bytes_of_another_shape_in_one_line():
+    with pytest.raises(ValueError, match="not a 3 x 512 Q4_K tensor"):
+        q4k_parts(q4k_blocks(2, 512, seed=0), 3, 512)
+
+
+def test_the_tables_round_the_weights_over_the_column_scale_as_pack_int8_does_but_rarely():
+    indices, steps, offsets = random_parts(40, 256, seed=2)
+    a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
+    weight = steps.repeat_interleave(32, dim=1) * indices.float() - offsets.repeat_interleave(32, dim=1)
+    assert torch.equal(scales, weight.abs().amax(dim=1) / 127.0)
+    expanded = quantized_kernels.expand_tables(indices, a, b).float()
+    exact = weight / scales[:, None]
+    assert (expanded - exact).abs().max() <= 0.5 + 16 / 256
+    assert (expanded == torch.round(exact)).float().mean() > 0.95
+
+
+def test_index_tables_refuse_a_step_count_that_does_not_fit_in_one_line():
+    indices, steps, offsets = random_parts(4, 64, seed=3)
+    with pytest.raises(ValueError, match="need a step and an offset per 32 inputs"):
+        quantized_kernels.index_tables(indices, steps[:, :1], offsets)
+
+
+@needs_avx512_vnni
+@pytest.mark.parametrize("out_features", [4, 37, 64])
+@pytest.mark.parametrize("width", [64, 288])
+def test_indexed_int8_linear_gives_int8_linears_bits_on_the_expanded_weights(out_features: int, width: int):
+    indices, steps, offsets = random_parts(out_features, width, seed=out_features + width)
+    a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
+    records, column_scales, column_sums = quantized_kernels.pack_indexed_int8(indices, a, b, scales)
+    blocks, int8_scales, int8_sums = quantized_kernels.int8_blocks(quantized_kernels.expand_tables(indices, a, b), scales)
+    bias = torch.randn(out_features)
+    for rows in range(1, 15):
+        x = torch.randn(rows, width)
+        for extra in (None, bias):
+            indexed = torch.ops.specdec.indexed_int8_linear(x, records, column_scales, column_sums, extra, out_features)
+            int8 = torch.ops.specdec.int8_linear(x, blocks, int8_scales, int8_sums, extra, out_features)
+            assert torch.equal(indexed, int8), (rows, extra is None)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
+from tiny import save_tiny_gguf
+from torch import nn
 
 from specdec_tui.models import quantized_kernels
+from specdec_tui.models.cache import ModelCache
+from specdec_tui.models.fast_llama import LAYER_LINEARS, FastLlama
+from specdec_tui.models.loader import load_model
+from specdec_tui.models.precision import IndexedInt8Linear, PackedInt8Linear, pack_linears, q4k_weight
 from specdec_tui.models.q4k import BLOCK_BYTES, BLOCK_INPUTS, q4k_parts
 
 needs_avx512_vnni = pytest.mark.skipif(
@@ -75,9 +83,72 @@ def test_indexed_int8_linear_gives_int8_linears_bits_on_the_expanded_weights(out
     records, column_scales, column_sums = quantized_kernels.pack_indexed_int8(indices, a, b, scales)
     blocks, int8_scales, int8_sums = quantized_kernels.int8_blocks(quantized_kernels.expand_tables(indices, a, b), scales)
     bias = torch.randn(out_features)
-    for rows in range(1, 15):
-        x = torch.randn(rows, width)
-        for extra in (None, bias):
-            indexed = torch.ops.specdec.indexed_int8_linear(x, records, column_scales, column_sums, extra, out_features)
-            int8 = torch.ops.specdec.int8_linear(x, blocks, int8_scales, int8_sums, extra, out_features)
-            assert torch.equal(indexed, int8), (rows, extra is None)
+    assert torch.equal(column_scales[:out_features], int8_scales[:out_features])
+    assert torch.equal(column_sums[:out_features], int8_sums[:out_features])
+    with quantized_kernels.using_indexed_int8_up_to(1000):  # every call reads the indices
+        for rows in range(1, 15):
+            x = torch.randn(rows, width)
+            for extra in (None, bias):
+                indexed = torch.ops.specdec.indexed_int8_linear(x, blocks, int8_scales, int8_sums, records, extra,
+                                                                out_features)
+                int8 = torch.ops.specdec.int8_linear(x, blocks, int8_scales, int8_sums, extra, out_features)
+                assert torch.equal(indexed, int8), (rows, extra is None)
+
+
+needs_kernels = pytest.mark.skipif(not quantized_kernels.available(), reason="the package's kernels do not build here")
+
+
+def layer_linear_kinds(runner: FastLlama) -> set[type]:
+    return {type(getattr(layer, name)) for layer in runner.layers for name in LAYER_LINEARS}
+
+
+def verify_then_steps(runner: FastLlama) -> tuple[torch.Tensor, torch.Tensor]:
+    """A prompt's logits and a verify block's, then the same rows one step at a time."""
+    prompt, block = [5, 17, 42, 99], [7, 8, 9, 11, 12]
+    runner.reset()
+    whole = torch.cat([runner.forward(prompt, len(prompt)), runner.forward(block, len(block))])
+    runner.reset()
+    stepped = torch.cat([runner.forward([token], 1) for token in prompt + block])
+    return whole, stepped
+
+
+@needs_kernels
+def test_a_gguf_files_q4k_linears_load_as_indexed_int8_with_the_same_numbers_either_way_and_from_the_cache(
+        tmp_path: Path):
+    save_tiny_gguf(tmp_path / "tiny.gguf", q4k_linears=True)
+    cache = ModelCache(tmp_path / "cache")
+    loaded = load_model(str(tmp_path / "tiny.gguf"), precision="int8", device=torch.device("cpu"), cache=cache)
+    runner = loaded.runner
+    assert isinstance(runner, FastLlama) and runner.kernel_layers is not None
+    assert layer_linear_kinds(runner) == {IndexedInt8Linear}
+    assert type(runner.head) is PackedInt8Linear  # the file's head is float32, not Q4_K
+    with quantized_kernels.using_indexed_int8_up_to(1000):  # the indices wherever this processor reads them
+        indexed = verify_then_steps(runner)
+    with quantized_kernels.using_indexed_int8_up_to(0):  # the int8 blocks
+        blocks = verify_then_steps(runner)
+    assert torch.equal(indexed[0], indexed[1])  # a verify block is its single steps
+    assert torch.equal(indexed[0], blocks[0]) and torch.equal(indexed[1], blocks[1])
+
+    again = load_model(str(tmp_path / "tiny.gguf"), precision="int8", device=torch.device("cpu"), cache=cache)
+    assert layer_linear_kinds(again.runner) == {IndexedInt8Linear}
+    assert torch.equal(verify_then_steps(again.runner)[0], blocks[0])
+
+
+@needs_kernels
+def test_a_linear_is_indexed_only_where_its_weights_are_its_q4k_tensors():
+    indices, steps, offsets = random_parts(8, 64, seed=5)
+    linear = nn.Linear(64, 8)
+    with torch.no_grad():
+        linear.weight.copy_(q4k_weight((indices, steps, offsets)))
+    other = nn.Linear(64, 8)
+    packed = pack_linears([linear, other, linear], "int8", True, lambda done, total: None,
+                          [lambda: (indices, steps, offsets), lambda: (indices, steps, offsets), lambda: None])
+    assert [type(module) for module in packed] == [IndexedInt8Linear, PackedInt8Linear, PackedInt8Linear]
+    x = torch.randn(3, 64)
+    expanded = quantized_kernels.expand_tables(indices, *quantized_kernels.index_tables(indices, steps, offsets)[:2])
+    indexed = packed[0]
+    assert torch.equal(indexed.packed, quantized_kernels.int8_blocks(expanded, indexed.scales[:8])[0])
+    with quantized_kernels.using_indexed_int8_up_to(1000):
+        out = indexed(x)
+    assert torch.equal(out, torch.ops.specdec.int8_linear(x, indexed.packed, indexed.scales, indexed.column_sums,
+                                                          indexed.bias, 8))

@@ -8,6 +8,7 @@ import time
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
@@ -64,14 +65,16 @@ def tiny_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def tiny_model(arch: str, seed: int = 0, vocab_size: int | None = None, layers: int = 2) -> PreTrainedModel:
-    """A random causal LM of ``arch`` whose vocabulary matches ``tiny_tokenizer``."""
+def tiny_model(arch: str, seed: int = 0, vocab_size: int | None = None, layers: int = 2,
+               hidden: int = 64) -> PreTrainedModel:
+    """A random causal LM of ``arch`` whose vocabulary matches ``tiny_tokenizer``, ``hidden`` wide (its
+    MLP twice that)."""
     tokenizer = tiny_tokenizer()
     vocab = vocab_size or len(tokenizer)
     torch.manual_seed(seed)
     common = {"vocab_size": vocab, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
     if arch == "qwen2":
-        config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        config = Qwen2Config(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                              initializer_range=0.3, **common)
         model = Qwen2ForCausalLM(config)
@@ -140,12 +143,28 @@ def save_tiny(folder: Path, arch: str = "qwen2", seed: int = 0, tokenizer: PreTr
     return folder
 
 
-def save_tiny_gguf(path: Path, seed: int = 0, quantized_embedding: bool = False) -> PreTrainedModel:
-    """Write a tiny Qwen2 model and the tiny tokenizer as one fp32 GGUF file, as llama.cpp lays it out;
-    ``quantized_embedding`` stores the embedding table in Q8_0 blocks, as quantized files do."""
+def random_q4k_blocks(rows: int, width: int, generator: torch.Generator) -> np.ndarray:
+    """Q4_K blocks of a [rows, width] tensor: random indices, sub-block scales and minimums, and
+    float16 scales of a tiny model's size."""
     import gguf
 
-    model, tokenizer = tiny_model("qwen2", seed), tiny_tokenizer()
+    blocks = torch.randint(0, 256, (rows * width // 256, gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q4_K][1]),
+                           generator=generator, dtype=torch.uint8).numpy()
+    for column in (0, 2):  # d, then dmin
+        scales = (torch.rand(len(blocks), 1, generator=generator) * 2e-3 + 2e-4).numpy().astype(np.float16)
+        blocks[:, column : column + 2] = scales.view(np.uint8)
+    return blocks
+
+
+def save_tiny_gguf(path: Path, seed: int = 0, quantized_embedding: bool = False,
+                   q4k_linears: bool = False) -> PreTrainedModel:
+    """Write a tiny Qwen2 model and the tiny tokenizer as one fp32 GGUF file, as llama.cpp lays it out;
+    ``quantized_embedding`` stores the embedding table in Q8_0 blocks, as quantized files do.
+    ``q4k_linears``: a model 256 wide whose layers' linears are random Q4_K tensors (the returned
+    model holds their dequantized weights)."""
+    import gguf
+
+    model, tokenizer = tiny_model("qwen2", seed, hidden=256 if q4k_linears else 64), tiny_tokenizer()
     config = model.config
     writer = gguf.GGUFWriter(str(path), "qwen2")
     writer.add_name("tiny-qwen2")
@@ -171,6 +190,7 @@ def save_tiny_gguf(path: Path, seed: int = 0, quantized_embedding: bool = False)
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    generator = torch.Generator().manual_seed(seed)
     for name, tensor in model.state_dict().items():
         parts = name.removeprefix("model.").split(".")
         if name == "lm_head.weight":
@@ -179,7 +199,13 @@ def save_tiny_gguf(path: Path, seed: int = 0, quantized_embedding: bool = False)
             gguf_name = f"blk.{parts[1]}.{names['.'.join(parts[2:-1])]}.{parts[-1]}"
         else:
             gguf_name = f"{names['.'.join(parts[:-1])]}.{parts[-1]}"
-        if quantized_embedding and gguf_name == "token_embd.weight":
+        if q4k_linears and parts[0] == "layers" and parts[-1] == "weight" and tensor.dim() == 2:
+            q4k = gguf.GGMLQuantizationType.Q4_K
+            blocks = random_q4k_blocks(*tensor.shape, generator)
+            with torch.no_grad():
+                tensor.copy_(torch.from_numpy(gguf.quants.dequantize(blocks, q4k).reshape(tensor.shape)))
+            writer.add_tensor(gguf_name, blocks.reshape(tensor.shape[0], -1), raw_dtype=q4k)
+        elif quantized_embedding and gguf_name == "token_embd.weight":
             q8 = gguf.GGMLQuantizationType.Q8_0
             writer.add_tensor(gguf_name, gguf.quants.quantize(tensor.float().numpy(), q8), raw_dtype=q8)
         else:

@@ -1,11 +1,12 @@
 """The target's Q4_K tensors as int8 weights held in 4-bit indices into tables, against the int8
-blocks of the same weights: this folder's README, "The target's Q4_K weights as indexed int8
-(measured)".
+blocks of the same weights: this folder's README, "The target's Q4_K weights as indexed int8,
+paired" (its first part).
 
 Reads every Q4_K tensor of the default target's GGUF but the embedding (the layers' q, k, o, gate
 and up projections and the Q4_K half of the down projections), makes each column's int8 tables
 (`quantized_kernels.index_tables`) and packs the expanded int8 weights both ways: `int8_linear`'s
-blocks and `indexed_int8_linear`'s records. Then, for 1, 2, 3, 4, 6 and 9 rows, all those tensors'
+blocks and `indexed_int8_linear`'s records (that op reads the blocks with
+`using_indexed_int8_up_to(0)`, the records with it at 1000). Then, for 1, 2, 3, 4, 6 and 9 rows, all those tensors'
 products one after another as a step's pass runs them, each kind in turn, the order alternating
 from round to round (medians of 11 rounds less the first); every output is checked equal between the
 two kinds. Also how many of the tables' int8 weights differ from `pack_int8`'s rounding.
@@ -52,17 +53,18 @@ print(f"{len(int8_weights)} Q4_K tensors, {total / 1e6:.0f}M weights: int8 block
       f"indexed records {indexed_bytes / 1e6:.0f} MB ({indexed_bytes / int8_bytes:.3f}); "
       f"{differing / total:.4f} of the tables' weights differ from pack_int8's rounding (by one)", flush=True)
 
-kinds = {"int8": (torch.ops.specdec.int8_linear, int8_weights),
-         "indexed": (torch.ops.specdec.indexed_int8_linear, indexed_weights)}
+kinds = {"int8": 0, "indexed": 1000}  # the rows up to which calls read the indices
 
 
 def pass_seconds(kind: str, rows: int, inputs: dict[int, torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
-    op, weights = kinds[kind]
     outputs = []
-    start = time.perf_counter()
-    for (packed, scales, sums), out_features, width in weights:
-        outputs.append(op(inputs[width], packed, scales, sums, None, out_features))
-    return time.perf_counter() - start, outputs
+    with quantized_kernels.using_indexed_int8_up_to(kinds[kind]):
+        start = time.perf_counter()
+        for ((packed, scales, sums), out_features, width), ((records, _, _), _, _) in zip(
+                int8_weights, indexed_weights, strict=True):
+            outputs.append(torch.ops.specdec.indexed_int8_linear(inputs[width], packed, scales, sums, records, None,
+                                                                 out_features))
+        return time.perf_counter() - start, outputs
 
 
 for rows in (1, 2, 3, 4, 6, 9):

@@ -41,6 +41,7 @@ from specdec_tui.models.layers import (
     swiglu,
 )
 from specdec_tui.models.precision import PackProgress, linear_from_tensors, linear_tensors, pack_linears
+from specdec_tui.models.q4k import Q4kTensors
 from specdec_tui.models.scripting import scripted
 
 if TYPE_CHECKING:
@@ -113,9 +114,13 @@ class LayerStack(nn.Module):
 #: A decoder layer's linears, in the order ``DecoderLayer`` takes them.
 LAYER_LINEARS = ("qkv", "out_proj", "gate_up", "down")
 #: Bumped when what a packed file holds, or how it is laid out, changes.
-PACKED_FORMAT = 1
+PACKED_FORMAT = 2
 #: The ``kinds`` code of each linear ``decoder_layers`` runs, by its kind in a packed file.
-KERNEL_LINEAR_KINDS = {"int8": 8, "int4": 4}
+KERNEL_LINEAR_KINDS = {"int8": 8, "int4": 4, "int8-indexed": 9}
+#: The weight tensors ``decoder_layers`` takes for each linear (the unused ones empty).
+KERNEL_LINEAR_TENSORS = 4
+#: The GGUF tensors of each of a layer's linears, in ``LAYER_LINEARS``' order.
+GGUF_LAYER_TENSORS = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"), ("ffn_down",))
 #: ``decoder_layers``' bias for a linear without one.
 NO_BIAS = torch.empty(0)
 
@@ -128,12 +133,15 @@ def kernel_layer_args(layers: Sequence[DecoderLayer]) -> tuple | None:
     if not layers or not all(isinstance(part, kind) for each in parts for part, kind in zip(each, kernels, strict=True)):
         return None
     # Each linear's kind and tensors as a packed file stores them: packed, scales, then column sums
-    # (int8) or minimums (int4), and the bias if it has one.
+    # (int8) or minimums (int4), an indexed int8 linear's records, and the bias if it has one.
     stored = [linear_tensors(getattr(layer, name)) for layer in layers for name in LAYER_LINEARS]
     if any(linear is None or linear[0] not in KERNEL_LINEAR_KINDS for linear in stored):
         return None
     kinds, tensors = zip(*stored, strict=True)
-    weights = [tensor for parts in tensors for name, tensor in parts.items() if name != "bias"]
+    weights = []
+    for parts in tensors:
+        kept = [tensor for name, tensor in parts.items() if name != "bias"]
+        weights += kept + [NO_BIAS] * (KERNEL_LINEAR_TENSORS - len(kept))
     biases = [parts.get("bias", NO_BIAS) for parts in tensors]
     norms = [weight for layer in layers for weight in (layer.norm_in.weight, layer.norm_post.weight)]
     first = layers[0]
@@ -220,8 +228,11 @@ class FastLlama:
         precision: str,
         exact: bool = True,
         on_packed: PackProgress = lambda done, total: None,
+        q4k: Q4kTensors | None = None,
     ) -> FastLlama:
-        """The forward of ``model``'s weights packed at ``precision`` (``exact``: for a target)."""
+        """The forward of ``model``'s weights packed at ``precision`` (``exact``: for a target).
+        ``q4k``: the Q4_K tensors of the GGUF file ``model`` was read from, whose linears then hold
+        their int8 weights as indices too (``IndexedInt8Linear``)."""
         shape = LlamaShape.of(model.config)
         decoder = model.model
         head = model.lm_head
@@ -231,7 +242,11 @@ class FastLlama:
             attn, mlp = layer.self_attn, layer.mlp
             linears += [partial(_fused, attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj,
                         partial(_fused, mlp.gate_proj, mlp.up_proj), mlp.down_proj]
-        packed = pack_linears([*linears, head], precision, exact, on_packed)
+        sources = [] if q4k is None else [
+            partial(q4k.parts, [f"blk.{i}.{name}.weight" for name in names])
+            for i in range(len(decoder.layers)) for names in GGUF_LAYER_TENSORS
+        ]
+        packed = pack_linears([*linears, head], precision, exact, on_packed, sources)
         layers = [
             # Copies, not views: a view of a loaded weight keeps the whole memory-mapped file resident.
             LayerWeights(packed[4 * i : 4 * i + 4], layer.input_layernorm.weight.detach().float().clone(),

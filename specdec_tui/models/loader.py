@@ -37,6 +37,7 @@ from specdec_tui.models.precision import PRECISIONS, PackProgress, apply_precisi
 from specdec_tui.models.presets import PRESETS
 from specdec_tui.models.progress import Progress, ProgressFn, no_progress
 from specdec_tui.models.provision import PRESET_GGUF, fetch_preset, gguf_tensor_progress
+from specdec_tui.models.q4k import Q4kTensors
 from specdec_tui.models.reference import ModelRef, parse_ref
 
 if TYPE_CHECKING:
@@ -183,15 +184,17 @@ def make_runner(
     device: torch.device,
     exact: bool = True,
     on_packed: PackProgress = lambda done, total: None,
+    gguf: Path | None = None,
 ) -> Runner:
     """The fastest runner for ``model``: the lean Llama-family forward on CPU, else transformers'.
 
-    ``exact`` is for a target: its verify blocks must compute what single steps compute.
+    ``exact`` is for a target: its verify blocks must compute what single steps compute. ``gguf``:
+    the file ``model`` was read from, whose Q4_K tensors the lean forward also keeps as indices.
     """
     model.eval()
     model.requires_grad_(False)
     if device.type == "cpu" and supports_fast_llama(model):
-        return FastLlama.from_model(model, precision, exact, on_packed)
+        return FastLlama.from_model(model, precision, exact, on_packed, None if gguf is None else Q4kTensors(gguf))
     return HFRunner(prepare_model(model, precision, device, exact, on_packed))
 
 
@@ -317,7 +320,8 @@ def load_model(
     def on_packed(done: int, total: int) -> None:
         progress(Progress(reference, "prepare", done, total, f"packing {precision} weights"))
 
-    runner = make_runner(model, precision, device, role == "target", on_packed)
+    gguf = Path(source) if Path(source).suffix.lower() == ".gguf" else None
+    runner = make_runner(model, precision, device, role == "target", on_packed, gguf)
     if isinstance(runner, FastLlama) and Path(source).suffix.lower() == ".gguf":
         assert isinstance(runner.embedding, DenseEmbedding)
         runner.embedding = gguf_embedding(Path(source), runner.embedding.weight) or runner.embedding

@@ -182,6 +182,42 @@ class PackedInt8Linear(nn.Module):
         return with_leading_dims(out, x)
 
 
+#: A Q4_K tensor's indices [N, K], and steps and offsets [N, K / 32] (``q4k.q4k_parts``).
+Q4kParts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class IndexedInt8Linear(PackedInt8Linear):
+    """int8 weights from a Q4_K tensor, held two ways: ``PackedInt8Linear``'s blocks and, in 0.625 of
+    their bytes, 4-bit indices into each column's tables (``quantized_kernels.index_tables``). A call
+    of a few rows reads the indices where the processor has AVX-512 VNNI, other calls the blocks; the
+    numbers are the same either way. The tables round the weights as ``pack_int8`` does, to within
+    1/16 of a step more."""
+
+    def __init__(self, linear: nn.Linear, parts: Q4kParts) -> None:
+        nn.Module.__init__(self)
+        indices, steps, offsets = parts
+        a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
+        expanded = quantized_kernels.expand_tables(indices, a, b)
+        self.packed, self.scales, self.column_sums = quantized_kernels.int8_blocks(expanded, scales)
+        self.records = quantized_kernels.pack_indexed_int8(indices, a, b, scales)[0]
+        self.bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.ops.specdec.indexed_int8_linear(
+            x.reshape(-1, x.shape[-1]), self.packed, self.scales, self.column_sums, self.records, self.bias,
+            self.out_features,
+        )
+        return with_leading_dims(out, x)
+
+
+def q4k_weight(parts: Q4kParts) -> torch.Tensor:
+    """The float weights [N, K] of a Q4_K tensor's parts, as ``gguf`` dequantizes them."""
+    indices, steps, offsets = parts
+    width = indices.shape[1] // steps.shape[1]
+    return steps.repeat_interleave(width, dim=1) * indices.float() - offsets.repeat_interleave(width, dim=1)
+
+
 class PackedInt4Linear(nn.Module):
     """4-bit weights with a scale and minimum per 64 inputs, 8-bit rows (``quantized_kernels``): for drafts.
 
@@ -204,6 +240,7 @@ class PackedInt4Linear(nn.Module):
 #: The linear kinds a packed model file can hold, by name: each one's tensors, in order.
 STORABLE: dict[str, tuple[type[nn.Module], tuple[str, ...]]] = {
     "int8": (PackedInt8Linear, ("packed", "scales", "column_sums")),
+    "int8-indexed": (IndexedInt8Linear, ("packed", "scales", "column_sums", "records")),
     "int4": (PackedInt4Linear, ("packed", "scales", "minimums")),
     "fp32": (nn.Linear, ("weight",)),
 }
@@ -279,20 +316,31 @@ def _in_parallel(make: Callable[[int], nn.Module], count: int, on_packed: PackPr
 
 
 def pack_linears(
-    linears: Sequence[nn.Linear | Callable[[], nn.Linear]], precision: str, exact: bool, on_packed: PackProgress
+    linears: Sequence[nn.Linear | Callable[[], nn.Linear]], precision: str, exact: bool, on_packed: PackProgress,
+    q4k_sources: Sequence[Callable[[], Q4kParts | None]] = (),
 ) -> list[nn.Module]:
     """Each of ``linears`` converted to ``precision`` (each with its own int8 scaling).
 
     An item may be a function that makes the linear: then its fp32 weight (a fused one, say) exists
-    only while it is packed, instead of all of them at once.
+    only while it is packed, instead of all of them at once. ``q4k_sources[i]``, where given, reads
+    the Q4_K tensor linear ``i`` was dequantized from (None if it was not one): at int8 with the
+    package's kernels, such a linear is an ``IndexedInt8Linear`` if its weights are that tensor's.
     """
     def made(i: int) -> nn.Linear:
         item = linears[i]
         return item if isinstance(item, nn.Module) else item()
 
+    def packed(i: int) -> nn.Module:
+        linear = made(i)
+        if precision == "int8" and i < len(q4k_sources) and quantized_kernels.available():
+            parts = q4k_sources[i]()
+            if parts is not None and torch.equal(q4k_weight(parts), linear.weight.detach().float()):
+                return IndexedInt8Linear(linear, parts)
+        return convert_linear(linear, precision, exact)
+
     if precision not in PACKED or not cpu_kernels_available(precision):
         return [made(i) for i in range(len(linears))]
-    return _in_parallel(lambda i: convert_linear(made(i), precision, exact), len(linears), on_packed)
+    return _in_parallel(packed, len(linears), on_packed)
 
 
 def _replace_linears(

@@ -8,8 +8,12 @@ the sub-block's step and offset.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import numpy as np
 import torch
+from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import Q4_K
 
 BLOCK_INPUTS = 256
@@ -34,3 +38,24 @@ def q4k_parts(blocks: np.ndarray, rows: int, width: int) -> tuple[torch.Tensor, 
     per_row = width // SUB_BLOCK_INPUTS
     return (torch.from_numpy(indices.copy()), torch.from_numpy(steps.reshape(rows, per_row).copy()),
             torch.from_numpy(offsets.reshape(rows, per_row).copy()))
+
+
+class Q4kTensors:
+    """A GGUF file's Q4_K tensors by name, read on demand (the file stays memory-mapped)."""
+
+    def __init__(self, path: Path) -> None:
+        self.tensors = {tensor.name: tensor for tensor in GGUFReader(path).tensors
+                        if tensor.tensor_type == GGMLQuantizationType.Q4_K}
+
+    def parts(self, names: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``q4k_parts`` of the named tensors stacked row after row (a fused linear's), or None where
+        one of them is not a Q4_K tensor of the file."""
+        if not all(name in self.tensors for name in names):
+            return None
+        parts = []
+        for name in names:
+            tensor = self.tensors[name]
+            width, rows = (int(n) for n in tensor.shape)
+            parts.append(q4k_parts(np.asarray(tensor.data), rows, width))
+        indices, steps, offsets = zip(*parts, strict=True)
+        return torch.cat(indices), torch.cat(steps), torch.cat(offsets)

@@ -359,7 +359,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   return out;
 }
 
-// ---- int8 weights held as 4-bit indices into tables (measured, not yet loaded by any model) ----
+// ---- int8 weights held as 4-bit indices into tables (a target's Q4_K tensors) ----
 //
 // Where a column's float weights over 32 inputs came from one Q4_K sub-block (a * q - b, q in [0, 15]),
 // its int8 weights there take at most 16 values: T[q] = (A q + B) >> 7 in int16 arithmetic, saturated
@@ -466,16 +466,14 @@ SPECDEC_AVX512_VNNI void table_rows(int rows, const uint8_t* first, const uint8_
   table_rows_of(rows, first, second, q, steps, sums);
 }
 
-// x [M, K] float; records [N/4, K/32, 80] uint8 (padded); scales and column_sums [N/4*4] (each column's
-// scale and the sum of its int8 weights, padding included); bias [N] float or none.
-at::Tensor indexed_int8_linear(const at::Tensor& x, const at::Tensor& records, const at::Tensor& scales,
-                               const at::Tensor& column_sums, const std::optional<at::Tensor>& bias,
-                               int64_t out_features) {
-  TORCH_CHECK(runs_avx512_vnni(), "indexed_int8_linear: needs AVX-512 VNNI, which this processor lacks");
+// x [M, K] float; records [N/4, K/32, 80] uint8 (padded); scales and column_sums [N] at least (each
+// column's scale and the sum of its int8 weights); bias [N] float or none.
+at::Tensor table_linear(const at::Tensor& x, const at::Tensor& records, const at::Tensor& scales,
+                        const at::Tensor& column_sums, const std::optional<at::Tensor>& bias, int64_t out_features) {
   TORCH_CHECK(records.dim() == 3 && records.size(2) == kTableRecord, "indexed_int8_linear: records must be [N/4, K/32, 80]");
   const at::Tensor input = checked_rows("indexed_int8_linear", x, records, 3, at::kByte, kTableInputs, kTableColumns,
                                         out_features);
-  TORCH_CHECK(scales.numel() >= records.size(0) * kTableColumns && column_sums.numel() >= records.size(0) * kTableColumns,
+  TORCH_CHECK(scales.numel() >= out_features && column_sums.numel() >= out_features,
               "indexed_int8_linear: a scale and a column sum for every column");
   const int64_t rows = input.size(0), width = input.size(1);
   const int64_t blocks = records.size(0), steps = records.size(1);
@@ -516,6 +514,30 @@ at::Tensor indexed_int8_linear(const at::Tensor& x, const at::Tensor& records, c
     }
   });
   return out;
+}
+
+// The most rows of a call that reads the indices (where the chosen set is AVX-512 VNNI); longer calls read
+// the int8 blocks. Both give the same numbers. On a Zen 4 EPYC, whole target passes after 300 tokens
+// took 0.75-0.77x the blocks' time at one to three rows, 0.85x at four, 0.91x at five, 0.99x at six.
+// Inside `hybrid` replies, though, the blocks' passes of four and six rows took 33-36 ms against 46-50
+// for one to three rows (as seen before on this host, unexplained), and the indices' 40 and 46 ms: with
+// calls of up to six rows on the indices `hybrid` was 0.96x / 1.00x / 1.04x (code generation, code
+// editing, prose; paired), up to three 1.03x / 1.01x / 1.00x, target-only 1.25-1.31x faster either way.
+std::atomic<int64_t> indexed_up_to{3};
+bool runs_indexed_here() { return std::strcmp(chosen.load()->name, "avx512_vnni") == 0; }
+int64_t use_indexed_int8_up_to(int64_t rows) {
+  TORCH_CHECK(rows >= 0, "use_indexed_int8_up_to: at least 0 rows, not ", rows);
+  return indexed_up_to.exchange(rows);
+}
+
+// An int8 linear held both ways: int8_linear's blocks (packed, scales, column sums) and the same int8
+// weights as indexed records; a call of few rows reads the records, where this processor can.
+at::Tensor indexed_int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                               const at::Tensor& column_sums, const at::Tensor& records,
+                               const std::optional<at::Tensor>& bias, int64_t out_features) {
+  if (runs_indexed_here() && x.dim() == 2 && x.size(0) <= indexed_up_to.load())
+    return table_linear(x, records, scales, column_sums, bias, out_features);
+  return int8_linear(x, packed, scales, column_sums, bias, out_features);
 }
 
 // ---- int4 weights (for drafts): 4-bit columns with a scale and a minimum per 64 inputs ----
@@ -1043,24 +1065,27 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
 at::Tensor kernel_linear(int64_t kind, const at::Tensor& x, const at::Tensor* parts, const at::Tensor& bias,
                          int64_t out_features) {
   const std::optional<at::Tensor> b = bias.numel() ? std::optional<at::Tensor>(bias) : std::nullopt;
-  TORCH_CHECK(kind == 8 || kind == 4, "decoder_layer: a linear's kind is 8 (int8) or 4 (int4), not ", kind);
+  TORCH_CHECK(kind == 8 || kind == 4 || kind == 9,
+              "decoder_layer: a linear's kind is 8 (int8), 4 (int4) or 9 (indexed int8), not ", kind);
+  if (kind == 9) return indexed_int8_linear(x, parts[0], parts[1], parts[2], parts[3], b, out_features);
   return kind == 8 ? int8_linear(x, parts[0], parts[1], parts[2], b, out_features)
                    : int4_linear(x, parts[0], parts[1], parts[2], b, out_features);
 }
 
 // The same functions in the same order as the layer's modules call them, so the numbers are the same
 // bit for bit; one call instead of about ten saves the interpreter between them (no TorchScript needed).
-// Linears in the order qkv, out_proj, gate_up, down: kinds[i], weights[3i .. 3i + 2] (packed, scales,
-// column sums or minimums), biases[i] (empty: none), out_features[i].
+// Linears in the order qkv, out_proj, gate_up, down: kinds[i], weights[4i .. 4i + 3] (packed, scales,
+// column sums or minimums, and an indexed int8 linear's records, else an empty tensor), biases[i]
+// (empty: none), out_features[i].
 at::Tensor decoder_layer(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor keys,
                          at::Tensor values, int64_t length, int64_t heads, double scale, double eps,
                          const at::Tensor& norm_in, const at::Tensor& norm_post, at::IntArrayRef kinds,
                          at::TensorList weights, at::TensorList biases, at::IntArrayRef out_features,
                          const std::optional<at::Tensor>& visible) {
-  TORCH_CHECK(kinds.size() == 4 && weights.size() == 12 && biases.size() == 4 && out_features.size() == 4,
-              "decoder_layer: four linears (qkv, out_proj, gate_up, down), three weight tensors each");
+  TORCH_CHECK(kinds.size() == 4 && weights.size() == 16 && biases.size() == 4 && out_features.size() == 4,
+              "decoder_layer: four linears (qkv, out_proj, gate_up, down), four weight tensors each");
   const auto linear = [&](size_t i, const at::Tensor& in) {
-    return kernel_linear(kinds[i], in, weights.data() + 3 * i, biases[i], out_features[i]);
+    return kernel_linear(kinds[i], in, weights.data() + 4 * i, biases[i], out_features[i]);
   };
   const at::Tensor q = rotate_into_cache(linear(0, rms_norm(x, norm_in, eps)), cos, sin, keys, values, length, heads,
                                          scale);
@@ -1069,7 +1094,7 @@ at::Tensor decoder_layer(const at::Tensor& x, const at::Tensor& cos, const at::T
 }
 
 // Every layer of a short block in one call, layer after layer as decoder_layer runs each: per layer
-// two norm weights (norms[2i], norms[2i + 1]), four kinds, twelve weight tensors and four biases, the
+// two norm weights (norms[2i], norms[2i + 1]), four kinds, sixteen weight tensors and four biases, the
 // out_features shared by all. A call per layer cost 20-60 us each in the interpreter and in
 // converting its arguments (0.5 ms of a 0.5B draft's 8 ms step, 1.6 ms of a 1.5B target's 43 ms).
 at::Tensor decoder_layers(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::TensorList keys,
@@ -1078,12 +1103,12 @@ at::Tensor decoder_layers(const at::Tensor& x, const at::Tensor& cos, const at::
                           at::IntArrayRef out_features, const std::optional<at::Tensor>& visible) {
   const size_t layers = keys.size();
   TORCH_CHECK(values.size() == layers && norms.size() == 2 * layers && kinds.size() == 4 * layers &&
-                  weights.size() == 12 * layers && biases.size() == 4 * layers,
-              "decoder_layers: per layer a key and a value cache, two norms, four kinds, twelve weights, four biases");
+                  weights.size() == 16 * layers && biases.size() == 4 * layers,
+              "decoder_layers: per layer a key and a value cache, two norms, four kinds, sixteen weights, four biases");
   at::Tensor h = x;
   for (size_t i = 0; i < layers; ++i)
     h = decoder_layer(h, cos, sin, keys[i], values[i], length, heads, scale, eps, norms[2 * i], norms[2 * i + 1],
-                      kinds.slice(4 * i, 4), weights.slice(12 * i, 12), biases.slice(4 * i, 4), out_features, visible);
+                      kinds.slice(4 * i, 4), weights.slice(16 * i, 16), biases.slice(4 * i, 4), out_features, visible);
   return h;
 }
 
@@ -1094,9 +1119,10 @@ TORCH_LIBRARY(specdec, m) {
         &int8_linear);
   m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor minimums, Tensor? bias, int out_features) -> Tensor",
         &int4_linear);
-  m.def("indexed_int8_linear(Tensor x, Tensor records, Tensor scales, Tensor column_sums, Tensor? bias, "
+  m.def("indexed_int8_linear(Tensor x, Tensor packed, Tensor scales, Tensor column_sums, Tensor records, Tensor? bias, "
         "int out_features) -> Tensor",
         &indexed_int8_linear);
+  m.def("use_indexed_int8_up_to(int rows) -> int", &use_indexed_int8_up_to);
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &rms_norm);
   m.def("rotate_into_cache(Tensor qkv, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int length, "
         "int heads, float scale) -> Tensor",

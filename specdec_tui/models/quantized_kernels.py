@@ -171,13 +171,14 @@ def _kernel_setting(op: str, value: T) -> Iterator[T]:
 
 #: A value each kernel setting accepts, set for a moment to read the setting.
 _SETTING_PROBES: dict[str, bool | int] = {"use_wide_passes": True, "use_wide_passes_from": 1,
-                                          "use_wide_int4_passes_from": 1, "use_short_pass_prefetch": -1}
+                                          "use_wide_int4_passes_from": 1, "use_short_pass_prefetch": -1,
+                                          "use_indexed_int8_up_to": 0}
 
 
 def kernel_setting(op: str) -> bool | int:
     """The value of the kernel setting ``torch.ops.specdec.<op>`` now (``use_wide_passes``,
-    ``use_wide_passes_from``, ``use_wide_int4_passes_from`` or ``use_short_pass_prefetch``; for tests
-    and measurements). The ops only set, returning the value before, so this sets a valid value and
+    ``use_wide_passes_from``, ``use_wide_int4_passes_from``, ``use_short_pass_prefetch`` or
+    ``use_indexed_int8_up_to``; for tests and measurements). The ops only set, returning the value before, so this sets a valid value and
     gives the returned one back."""
     if op not in _SETTING_PROBES:
         raise ValueError(f"no kernel setting {op!r} (settings: {', '.join(_SETTING_PROBES)})")
@@ -203,6 +204,14 @@ def using_wide_int4_passes_from(rows: int) -> AbstractContextManager[int]:
     default every call of six rows or more); the numbers are the same either way (for tests and
     measurements)."""
     return _kernel_setting("use_wide_int4_passes_from", rows)
+
+
+def using_indexed_int8_up_to(rows: int) -> AbstractContextManager[int]:
+    """Inside the block, an indexed int8 linear's calls of at most ``rows`` rows read its indices where
+    the chosen instruction set is AVX-512 VNNI (by default calls of up to three rows), the others its
+    int8 blocks; 0: every call the blocks. The numbers are the same either way (for tests and
+    measurements)."""
+    return _kernel_setting("use_indexed_int8_up_to", rows)
 
 
 def using_short_pass_prefetch(on: bool | None) -> AbstractContextManager[int]:

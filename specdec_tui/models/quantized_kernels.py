@@ -178,8 +178,8 @@ _SETTING_PROBES: dict[str, bool | int] = {"use_wide_passes": True, "use_wide_pas
 def kernel_setting(op: str) -> bool | int:
     """The value of the kernel setting ``torch.ops.specdec.<op>`` now (``use_wide_passes``,
     ``use_wide_passes_from``, ``use_wide_int4_passes_from``, ``use_short_pass_prefetch`` or
-    ``use_indexed_int8_up_to``; for tests and measurements). The ops only set, returning the value before, so this sets a valid value and
-    gives the returned one back."""
+    ``use_indexed_int8_up_to``; for tests and measurements). The ops only set, returning the value
+    before, so this sets a valid value and gives the returned one back."""
     if op not in _SETTING_PROBES:
         raise ValueError(f"no kernel setting {op!r} (settings: {', '.join(_SETTING_PROBES)})")
     with _kernel_setting(op, _SETTING_PROBES[op]) as current:
@@ -256,7 +256,11 @@ def index_tables(indices: torch.Tensor, steps: torch.Tensor, offsets: torch.Tens
     Returns each table's A and B (int16, [N, K / 32]; the table is ``expand_tables``'s) and the
     column scales [N]. A column's scale is its float weights' absolute maximum / 127, as
     ``pack_int8``'s, and its tables round the weights over that scale as ``pack_int8`` does, to
-    within 1/256 of a step more."""
+    within 1/16 of a step more (A's rounding, times up to 15).
+
+    The kernel computes a table in int16 lanes, exact modulo 2^16: for every index a column uses,
+    ``A q + B`` is about 128 times a weight over its scale, within 128 x 127.6, so it fits and the
+    kernel's table entry is ``expand_tables``'s. An entry no index uses may wrap, and is never read."""
     rows, width = indices.shape
     if width % INDEXED_INPUTS or steps.shape != (rows, width // INDEXED_INPUTS) or offsets.shape != steps.shape:
         raise ValueError(f"index_tables: {tuple(indices.shape)} indices need a step and an offset per 32 inputs")

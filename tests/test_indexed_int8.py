@@ -16,8 +16,8 @@ from specdec_tui.models import quantized_kernels
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.fast_llama import LAYER_LINEARS, FastLlama
 from specdec_tui.models.loader import load_model
-from specdec_tui.models.precision import IndexedInt8Linear, PackedInt8Linear, pack_linears, q4k_weight
-from specdec_tui.models.q4k import BLOCK_BYTES, BLOCK_INPUTS, q4k_parts
+from specdec_tui.models.precision import IndexedInt8Linear, PackedInt8Linear, pack_linears
+from specdec_tui.models.q4k import BLOCK_BYTES, BLOCK_INPUTS, q4k_parts, q4k_weight
 
 needs_avx512_vnni = pytest.mark.skipif(
     not quantized_kernels.available() or "avx512_vnni" not in quantized_kernels.instruction_sets(),
@@ -46,7 +46,7 @@ def test_q4k_parts_give_the_weights_gguf_dequantizes():
     rows, width = 6, 512
     blocks = q4k_blocks(rows, width, seed=1)
     indices, steps, offsets = q4k_parts(blocks, rows, width)
-    weight = steps.repeat_interleave(32, dim=1) * indices.float() - offsets.repeat_interleave(32, dim=1)
+    weight = q4k_weight((indices, steps, offsets))
     expected = torch.from_numpy(dequantize(blocks, GGMLQuantizationType.Q4_K).reshape(rows, width))
     assert int(indices.max()) <= 15
     assert torch.equal(weight, expected)
@@ -60,7 +60,7 @@ def test_q4k_parts_refuse_bytes_of_another_shape_in_one_line():
 def test_the_tables_round_the_weights_over_the_column_scale_as_pack_int8_does_but_rarely():
     indices, steps, offsets = random_parts(40, 256, seed=2)
     a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
-    weight = steps.repeat_interleave(32, dim=1) * indices.float() - offsets.repeat_interleave(32, dim=1)
+    weight = q4k_weight((indices, steps, offsets))
     assert torch.equal(scales, weight.abs().amax(dim=1) / 127.0)
     expanded = quantized_kernels.expand_tables(indices, a, b).float()
     exact = weight / scales[:, None]
@@ -80,11 +80,9 @@ def test_index_tables_refuse_a_step_count_that_does_not_fit_in_one_line():
 def test_indexed_int8_linear_gives_int8_linears_bits_on_the_expanded_weights(out_features: int, width: int):
     indices, steps, offsets = random_parts(out_features, width, seed=out_features + width)
     a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
-    records, column_scales, column_sums = quantized_kernels.pack_indexed_int8(indices, a, b, scales)
+    records = quantized_kernels.pack_indexed_int8(indices, a, b)
     blocks, int8_scales, int8_sums = quantized_kernels.int8_blocks(quantized_kernels.expand_tables(indices, a, b), scales)
     bias = torch.randn(out_features)
-    assert torch.equal(column_scales[:out_features], int8_scales[:out_features])
-    assert torch.equal(column_sums[:out_features], int8_sums[:out_features])
     with quantized_kernels.using_indexed_int8_up_to(1000):  # every call reads the indices
         for rows in range(1, 15):
             x = torch.randn(rows, width)

@@ -27,7 +27,7 @@ from gguf import GGUFReader
 from specdec_tui.config import Settings
 from specdec_tui.models import quantized_kernels
 from specdec_tui.models.cache import ModelCache
-from specdec_tui.models.q4k import q4k_parts
+from specdec_tui.models.q4k import q4k_parts, q4k_weight
 
 if "avx512_vnni" not in quantized_kernels.instruction_sets():
     raise SystemExit("indexed_int8_linear runs on AVX-512 VNNI; this processor runs " + quantized_kernels.instruction_set())
@@ -42,13 +42,13 @@ for tensor in reader.tensors:
     indices, steps, offsets = q4k_parts(np.asarray(tensor.data), rows, width)
     a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
     expanded = quantized_kernels.expand_tables(indices, a, b)
-    weight = steps.repeat_interleave(32, 1) * indices.float() - offsets.repeat_interleave(32, 1)
+    weight = q4k_weight((indices, steps, offsets))
     differing += int((expanded.float() != torch.round(weight / scales[:, None]).clamp(-127, 127)).sum())
     total += expanded.numel()
     int8_weights.append((quantized_kernels.int8_blocks(expanded, scales), rows, width))
-    indexed_weights.append((quantized_kernels.pack_indexed_int8(indices, a, b, scales), rows, width))
+    indexed_weights.append(quantized_kernels.pack_indexed_int8(indices, a, b))
     int8_bytes += int8_weights[-1][0][0].numel()
-    indexed_bytes += indexed_weights[-1][0][0].numel()
+    indexed_bytes += indexed_weights[-1].numel()
 print(f"{len(int8_weights)} Q4_K tensors, {total / 1e6:.0f}M weights: int8 blocks {int8_bytes / 1e6:.0f} MB, "
       f"indexed records {indexed_bytes / 1e6:.0f} MB ({indexed_bytes / int8_bytes:.3f}); "
       f"{differing / total:.4f} of the tables' weights differ from pack_int8's rounding (by one)", flush=True)
@@ -60,8 +60,7 @@ def pass_seconds(kind: str, rows: int, inputs: dict[int, torch.Tensor]) -> tuple
     outputs = []
     with quantized_kernels.using_indexed_int8_up_to(kinds[kind]):
         start = time.perf_counter()
-        for ((packed, scales, sums), out_features, width), ((records, _, _), _, _) in zip(
-                int8_weights, indexed_weights, strict=True):
+        for ((packed, scales, sums), out_features, width), records in zip(int8_weights, indexed_weights, strict=True):
             outputs.append(torch.ops.specdec.indexed_int8_linear(inputs[width], packed, scales, sums, records, None,
                                                                  out_features))
         return time.perf_counter() - start, outputs

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from specdec_tui.models import quantized_kernels
+from specdec_tui.models.q4k import Q4kParts, q4k_weight
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "int4")
@@ -182,10 +183,6 @@ class PackedInt8Linear(nn.Module):
         return with_leading_dims(out, x)
 
 
-#: A Q4_K tensor's indices [N, K], and steps and offsets [N, K / 32] (``q4k.q4k_parts``).
-Q4kParts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-
 class IndexedInt8Linear(PackedInt8Linear):
     """int8 weights from a Q4_K tensor, held two ways: ``PackedInt8Linear``'s blocks and, in 0.625 of
     their bytes, 4-bit indices into each column's tables (``quantized_kernels.index_tables``). A call
@@ -199,7 +196,7 @@ class IndexedInt8Linear(PackedInt8Linear):
         a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
         expanded = quantized_kernels.expand_tables(indices, a, b)
         self.packed, self.scales, self.column_sums = quantized_kernels.int8_blocks(expanded, scales)
-        self.records = quantized_kernels.pack_indexed_int8(indices, a, b, scales)[0]
+        self.records = quantized_kernels.pack_indexed_int8(indices, a, b)
         self.bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
@@ -209,13 +206,6 @@ class IndexedInt8Linear(PackedInt8Linear):
             self.out_features,
         )
         return with_leading_dims(out, x)
-
-
-def q4k_weight(parts: Q4kParts) -> torch.Tensor:
-    """The float weights [N, K] of a Q4_K tensor's parts, as ``gguf`` dequantizes them."""
-    indices, steps, offsets = parts
-    width = indices.shape[1] // steps.shape[1]
-    return steps.repeat_interleave(width, dim=1) * indices.float() - offsets.repeat_interleave(width, dim=1)
 
 
 class PackedInt4Linear(nn.Module):

@@ -20,8 +20,11 @@ BLOCK_INPUTS = 256
 BLOCK_BYTES = 144
 SUB_BLOCK_INPUTS = 32
 
+#: A Q4_K tensor's indices [N, K], and steps and offsets [N, K / 32] (``q4k_parts``).
+Q4kParts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
-def q4k_parts(blocks: np.ndarray, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def q4k_parts(blocks: np.ndarray, rows: int, width: int) -> Q4kParts:
     """Indices [rows, width] (uint8 in [0, 15]) and steps and offsets [rows, width / 32] (float32) of
     the Q4_K tensor whose raw blocks are ``blocks`` (uint8, ``rows * width / 256`` blocks of 144 bytes)."""
     if width % BLOCK_INPUTS or blocks.size != rows * width // BLOCK_INPUTS * BLOCK_BYTES:
@@ -40,6 +43,13 @@ def q4k_parts(blocks: np.ndarray, rows: int, width: int) -> tuple[torch.Tensor, 
             torch.from_numpy(offsets.reshape(rows, per_row).copy()))
 
 
+def q4k_weight(parts: Q4kParts) -> torch.Tensor:
+    """The float weights [N, K] of a Q4_K tensor's parts, as ``gguf`` dequantizes them."""
+    indices, steps, offsets = parts
+    width = indices.shape[1] // steps.shape[1]
+    return steps.repeat_interleave(width, dim=1) * indices.float() - offsets.repeat_interleave(width, dim=1)
+
+
 class Q4kTensors:
     """A GGUF file's Q4_K tensors by name, read on demand (the file stays memory-mapped)."""
 
@@ -47,7 +57,7 @@ class Q4kTensors:
         self.tensors = {tensor.name: tensor for tensor in GGUFReader(path).tensors
                         if tensor.tensor_type == GGMLQuantizationType.Q4_K}
 
-    def parts(self, names: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    def parts(self, names: Sequence[str]) -> Q4kParts | None:
         """``q4k_parts`` of the named tensors stacked row after row (a fused linear's), or None where
         one of them is not a Q4_K tensor of the file."""
         if not all(name in self.tensors for name in names):

@@ -466,15 +466,17 @@ SPECDEC_AVX512_VNNI void table_rows(int rows, const uint8_t* first, const uint8_
   table_rows_of(rows, first, second, q, steps, sums);
 }
 
-// x [M, K] float; records [N/4, K/32, 80] uint8 (padded); scales and column_sums [N] at least (each
-// column's scale and the sum of its int8 weights); bias [N] float or none.
+// x [M, K] float; records [N/4, K/32, 80] uint8 (padded); scales and column_sums (each column's scale
+// and the sum of its int8 weights) padded to a multiple of 8 columns at least, as scale_block reads
+// them (int8_linear's, padded to 16, serve); bias [N] float or none.
 at::Tensor table_linear(const at::Tensor& x, const at::Tensor& records, const at::Tensor& scales,
                         const at::Tensor& column_sums, const std::optional<at::Tensor>& bias, int64_t out_features) {
   TORCH_CHECK(records.dim() == 3 && records.size(2) == kTableRecord, "indexed_int8_linear: records must be [N/4, K/32, 80]");
   const at::Tensor input = checked_rows("indexed_int8_linear", x, records, 3, at::kByte, kTableInputs, kTableColumns,
                                         out_features);
-  TORCH_CHECK(scales.numel() >= out_features && column_sums.numel() >= out_features,
-              "indexed_int8_linear: a scale and a column sum for every column");
+  const int64_t columns = (records.size(0) + 1) / 2 * 2 * kTableColumns;  // a pair of blocks at a time
+  TORCH_CHECK(scales.numel() >= columns && column_sums.numel() >= columns,
+              "indexed_int8_linear: a scale and a column sum for every column of every pair of blocks");
   const int64_t rows = input.size(0), width = input.size(1);
   const int64_t blocks = records.size(0), steps = records.size(1);
   const int64_t padded = steps * kTableInputs;
@@ -500,16 +502,11 @@ at::Tensor table_linear(const at::Tensor& x, const at::Tensor& records, const at
         const int count = static_cast<int>(std::min<int64_t>(kTableRows, rows - m0));
         for (int i = 0; i < count; ++i) chunk[i] = q.data() + (m0 + i) * padded;
         table_rows(count, w + block * steps * kTableRecord, w + next * steps * kTableRecord, chunk, steps, sums);
-        // scale_block's steps, one column at a time
+        const int64_t first = block * kTableColumns;
+        const int64_t last = std::min(first + 2 * kTableColumns, out_features);  // an odd last block ends the columns
         for (int i = 0; i < count; ++i)
-          for (int64_t c = 0; c < 2 * kTableColumns; ++c) {
-            const int64_t n = block * kTableColumns + c;
-            if (n >= out_features || (next == block && c >= kTableColumns)) break;
-            const int32_t exact = sums[i * 2 * kTableColumns + c] - w_sum[n] * kOffset;
-            float value = static_cast<float>(exact) * (w_scale[n] * row_scale[m0 + i]);
-            if (b != nullptr) value = value + b[n];
-            o[(m0 + i) * out_features + n] = value;
-          }
+          scale_block(sums + i * 2 * kTableColumns, w_sum + first, w_scale + first, row_scale[m0 + i],
+                      b != nullptr ? b + first : nullptr, last - first, o + (m0 + i) * out_features + first);
       }
     }
   });

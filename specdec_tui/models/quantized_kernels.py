@@ -37,6 +37,8 @@ from typing import TypeVar
 import platformdirs
 import torch
 
+from specdec_tui.models.q4k import q4k_weight
+
 T = TypeVar("T")
 
 SOURCE = Path(__file__).with_name("quantized_kernels.cpp")
@@ -264,7 +266,7 @@ def index_tables(indices: torch.Tensor, steps: torch.Tensor, offsets: torch.Tens
     rows, width = indices.shape
     if width % INDEXED_INPUTS or steps.shape != (rows, width // INDEXED_INPUTS) or offsets.shape != steps.shape:
         raise ValueError(f"index_tables: {tuple(indices.shape)} indices need a step and an offset per 32 inputs")
-    weight = steps.repeat_interleave(INDEXED_INPUTS, dim=1) * indices.float() - offsets.repeat_interleave(INDEXED_INPUTS, dim=1)
+    weight = q4k_weight((indices, steps, offsets))
     scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
     # T[q] = floor((A q + B) / 128) = round(A / 128 q + (B - 64) / 128), A / 128 ~ step / scale
     a = torch.round(steps.double() * 128 / scales.double()[:, None])
@@ -279,11 +281,11 @@ def expand_tables(indices: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> to
     return torch.bitwise_right_shift(a32 * indices.to(torch.int32) + b32, 7).clamp_(-128, 127).to(torch.int8)
 
 
-def pack_indexed_int8(indices: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scales: torch.Tensor) -> tuple[
-        torch.Tensor, torch.Tensor, torch.Tensor]:
+def pack_indexed_int8(indices: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``index_tables``'s weights as ``indexed_int8_linear`` reads them: records [N/4, K/32, 80] (per
-    4 columns and 32 inputs, the indices, then A and B of each column), column scales and column
-    sums (of the expanded int8 weights), columns padded to a multiple of 4 with zero tables."""
+    4 columns and 32 inputs, the indices, then A and B of each column), columns padded to a multiple
+    of 4 with zero tables. The op takes the column scales and sums of ``int8_blocks`` for the same
+    expanded weights."""
     rows, width = indices.shape
     columns = -(-rows // INDEXED_COLUMNS) * INDEXED_COLUMNS
     steps = width // INDEXED_INPUTS
@@ -301,11 +303,7 @@ def pack_indexed_int8(indices: torch.Tensor, a: torch.Tensor, b: torch.Tensor, s
         blocked = padded(values).view(columns // INDEXED_COLUMNS, INDEXED_COLUMNS, steps).transpose(1, 2)
         return blocked.contiguous().view(torch.uint8)
 
-    records = torch.cat([nibbles, per_record(a), per_record(b)], dim=2).contiguous()
-    column_scales = torch.ones(columns)
-    column_scales[:rows] = scales
-    column_sums = padded(expand_tables(indices, a, b)).sum(dim=1, dtype=torch.int32)
-    return records, column_scales, column_sums
+    return torch.cat([nibbles, per_record(a), per_record(b)], dim=2).contiguous()
 
 
 def pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -322,9 +322,9 @@ def load_model(
 
     gguf = Path(source) if Path(source).suffix.lower() == ".gguf" else None
     runner = make_runner(model, precision, device, role == "target", on_packed, gguf)
-    if isinstance(runner, FastLlama) and Path(source).suffix.lower() == ".gguf":
+    if isinstance(runner, FastLlama) and gguf is not None:
         assert isinstance(runner.embedding, DenseEmbedding)
-        runner.embedding = gguf_embedding(Path(source), runner.embedding.weight) or runner.embedding
+        runner.embedding = gguf_embedding(gguf, runner.embedding.weight) or runner.embedding
     if key is not None and isinstance(runner, FastLlama):
         progress(Progress(reference, "prepare", 0, None, "storing the packed weights for the next start"))
         try:

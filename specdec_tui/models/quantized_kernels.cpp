@@ -517,9 +517,13 @@ at::Tensor table_linear(const at::Tensor& x, const at::Tensor& records, const at
 // the int8 blocks. Both give the same numbers. On a Zen 4 EPYC, whole target passes after 300 tokens
 // took 0.75-0.77x the blocks' time at one to three rows, 0.85x at four, 0.91x at five, 0.99x at six.
 // Inside `hybrid` replies, though, the blocks' passes of four and six rows took 33-36 ms against 46-50
-// for one to three rows (as seen before on this host, unexplained), and the indices' 40 and 46 ms: with
-// calls of up to six rows on the indices `hybrid` was 0.96x / 1.00x / 1.04x (code generation, code
-// editing, prose; paired), up to three 1.03x / 1.01x / 1.00x, target-only 1.25-1.31x faster either way.
+// for one to three rows, and the indices' 40 and 46 ms: with calls of up to six rows on the indices
+// `hybrid` was 0.96x / 1.00x / 1.04x (code generation, code editing, prose; paired), up to three
+// 1.03x / 1.01x / 1.00x, target-only 1.25-1.31x faster either way. Those fast passes were that
+// minute's: this host's memory rate moves by a third within minutes, and from four rows the indices
+// are bound by arithmetic (decoding a record costs about four rows' products), the blocks by memory,
+// so which is faster moves with it. Choosing the form from timed calls (0.98x / 0.98x / 0.98x and
+// 0.98x / 1.00x / 0.96x) or timed passes of four to eight rows (1.02x / 0.99x / 1.02x) did not pay.
 std::atomic<int64_t> indexed_up_to{3};
 bool runs_indexed_here() { return std::strcmp(chosen.load()->name, "avx512_vnni") == 0; }
 int64_t use_indexed_int8_up_to(int64_t rows) {

@@ -7,7 +7,9 @@ and the peak from getrusage) with the twelve largest mappings (files by path; [h
 the allocator's memory, where the models' caches live).
 
 Run: .venv/bin/python docs/benchmarks/2026-12-06-long-reply-memory.py
-Output of 2026-12-06 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-06-long-reply-memory.txt
+Output of 2026-12-06 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-06-long-reply-memory.txt (the KV
+caches from the allocator), 2026-12-06-long-reply-memory-own-mapping.txt (in mappings of their own,
+``KVCache``: the caches are in its [anon] line).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from torch import nn
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.draft_head import ContextHead
 from specdec_tui.models.embedding import DenseEmbedding, Embedding, embedding_from_tensors
+from specdec_tui.models.kv_cache import KVCache
 from specdec_tui.models.layers import (
     Attention,
     KernelAttention,
@@ -209,11 +210,9 @@ class FastLlama:
 
         theta = shape.rope_theta
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
-        self.capacity = 0
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
+        self.cache = KVCache(len(self.layers), self.kv_heads, self.head_dim, 256)
+        self.cos, self.sin = self._rotary(torch.arange(self.cache.capacity))
         self.length = 0
-        self._grow(256)
         # TorchScript profiles the first call and optimizes on the second (about a second for a 1.5B
         # model); the kernel layers need one pass, which pages the mapped weights in. Pay that while
         # loading, not in the first reply.
@@ -299,15 +298,8 @@ class FastLlama:
                    tensors["final_norm"], layers, linear("head"))
 
     def _grow(self, needed: int) -> None:
-        capacity = max(needed, 2 * self.capacity)
-        self.cos, self.sin = self._rotary(torch.arange(capacity))
-        shape = (self.kv_heads, capacity, self.head_dim)
-        grown_k = [torch.empty(shape) for _ in self.layers]
-        grown_v = [torch.empty(shape) for _ in self.layers]
-        for old, new in ((self.keys, grown_k), (self.values, grown_v)):
-            for src, dst in zip(old, new, strict=False):  # the first call has nothing to copy
-                dst[:, : self.length] = src[:, : self.length]
-        self.keys, self.values, self.capacity = grown_k, grown_v, capacity
+        self.cache = self.cache.grown(max(needed, 2 * self.cache.capacity), self.length)
+        self.cos, self.sin = self._rotary(torch.arange(self.cache.capacity))
 
     def reset(self) -> None:
         self.length = 0
@@ -350,7 +342,7 @@ class FastLlama:
         fed = [*ids, *(token for _, token in branches)]
         if self.context_head is not None:
             self.context_head.see(fed)
-        if self.length + rows + extra > self.capacity:
+        if self.length + rows + extra > self.cache.capacity:
             self._grow(self.length + rows + extra)
         stand_ins = [j for j, _ in branches]
         x = self.embedding.rows(torch.tensor(fed))
@@ -368,10 +360,10 @@ class FastLlama:
             positions = visible = torch.cat([positions, positions[torch.tensor(stand_ins) + scored_from]])
         cos, sin = self.cos[positions], self.sin[positions]
         if self.kernel_layers is not None and rows + extra <= MAX_ROWS:
-            x = torch.ops.specdec.decoder_layers(x, cos, sin, self.keys, self.values, self.length, *self.kernel_layers,
+            x = torch.ops.specdec.decoder_layers(x, cos, sin, self.cache.keys, self.cache.values, self.length, *self.kernel_layers,
                                                  visible)
         else:
-            x = self.stack(x, cos, sin, self.keys, self.values, self.length, n_logits)
+            x = self.stack(x, cos, sin, self.cache.keys, self.cache.values, self.length, n_logits)
         self.length += rows
         head = self.head if self.context_head is None else self.context_head
         # The last n_logits rows fed, then the branches' (the kernel returns every row, the stack only those).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 import signal
@@ -16,10 +17,11 @@ from pathlib import Path
 import gguf
 import pytest
 import torch
+from safetensors.torch import load_file
 from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
-from specdec_tui.models import loader, provision, quantized_kernels
+from specdec_tui.models import gguf_weights, loader, provision, quantized_kernels
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
 from specdec_tui.models.embedding import GgufEmbedding, gguf_embedding
@@ -481,6 +483,48 @@ def test_a_packed_load_maps_the_stored_weights_builds_no_transformers_model_and_
     embedding = mapped.runner.embedding
     assert isinstance(embedding, GgufEmbedding) and not embedding.blocks.untyped_storage().resizable()
     assert embedding.blocks.nbytes < 0.3 * embedding.rows_total * 4 * tiny_model("qwen2").config.hidden_size
+
+
+@needs_kernels
+@pytest.mark.parametrize("precision, role, file", [
+    ("int8", "target", {"q4k_linears": True}),
+    ("int4", "draft", {"quantized_embedding": True, "tied_head": True}),
+    ("fp32", "target", {}),
+])
+def test_a_gguf_file_packed_straight_from_the_file_is_bit_for_bit_the_entry_packed_from_transformers_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str, role: str, file: dict):
+    save_tiny_gguf(tmp_path / "tiny.gguf", **file)
+
+    def packed_entry(route: str) -> tuple[LoadedModel, dict[str, torch.Tensor], dict[str, dict]]:
+        cache = ModelCache(tmp_path / route)
+        loaded = load_model(str(tmp_path / "tiny.gguf"), precision=precision, device=CPU, cache=cache, role=role)
+        [key] = cache.entries()
+        folder = cache.path(key)
+        stored = {name: json.loads((folder / name).read_text()) for name in ("config.json", "generation_config.json")}
+        return loaded, load_file(folder / loader.PACKED_WEIGHTS), stored
+
+    def no_transformers_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("packing a GGUF file built a transformers model")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AutoModelForCausalLM, "from_pretrained", no_transformers_model)
+        patch.setattr(gguf_weights, "ROWS_AT_ONCE", 7)  # the tiny tables in several slices, the last short
+        straight, straight_tensors, straight_configs = packed_entry("straight")
+    monkeypatch.setattr(loader, "pack_gguf", lambda *args, **kwargs: None)  # through transformers' float model
+    through, through_tensors, through_configs = packed_entry("through-transformers")
+    assert straight_tensors.keys() == through_tensors.keys()
+    assert all(torch.equal(straight_tensors[name], through_tensors[name]) for name in straight_tensors)
+    assert straight_configs == through_configs
+    assert (straight.eos_ids, straight.max_context, straight.vocab_size) == (through.eos_ids, through.max_context,
+                                                                            through.vocab_size)
+    assert torch.allclose(block_logits(straight), block_logits(through), atol=1e-5)
+
+
+def test_a_gguf_file_of_an_architecture_whose_tensors_transformers_reorders_is_not_packed_straight(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "qwen2.gguf")
+    save_tiny_gguf(tmp_path / "llama.gguf", architecture="llama")
+    assert loader.pack_gguf(tmp_path / "qwen2.gguf", "qwen2", "fp32", True) is not None
+    assert loader.pack_gguf(tmp_path / "llama.gguf", "llama", "fp32", True) is None
 
 
 def test_a_draft_with_a_limited_head_maps_the_whole_heads_packed_entry(tmp_path: Path):

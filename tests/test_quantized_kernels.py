@@ -117,6 +117,17 @@ def test_the_int4_kernel_computes_the_products_of_the_dequantized_weights(
 
 
 @needs_kernels
+@pytest.mark.parametrize("pack", [quantized_kernels.pack_int8, quantized_kernels.pack_int4])
+def test_packing_a_slice_of_columns_at_a_time_gives_the_bits_of_packing_them_at_once(
+        monkeypatch: pytest.MonkeyPatch, pack):
+    weight = torch.randn(101, 192, generator=torch.Generator().manual_seed(3))  # columns and inputs padded
+    monkeypatch.setattr(quantized_kernels, "PACK_ROWS_AT_ONCE", 10**9)
+    at_once = pack(weight)
+    monkeypatch.setattr(quantized_kernels, "PACK_ROWS_AT_ONCE", 24)  # five slices, the last short and padded
+    for whole, sliced in zip(at_once, pack(weight), strict=True):
+        assert whole.dtype == sliced.dtype and torch.equal(whole, sliced)
+
+
 def test_a_row_of_zeros_gives_the_bias():
     layer = linear(20, 8, True, 0)
     assert torch.equal(PackedInt8Linear(layer)(torch.zeros(2, 8)), layer.bias.detach().expand(2, 20))

@@ -157,16 +157,18 @@ def random_q4k_blocks(rows: int, width: int, generator: torch.Generator) -> np.n
 
 
 def save_tiny_gguf(path: Path, seed: int = 0, quantized_embedding: bool = False,
-                   q4k_linears: bool = False) -> PreTrainedModel:
+                   q4k_linears: bool = False, tied_head: bool = False, architecture: str = "qwen2") -> PreTrainedModel:
     """Write a tiny Qwen2 model and the tiny tokenizer as one fp32 GGUF file, as llama.cpp lays it out;
     ``quantized_embedding`` stores the embedding table in Q8_0 blocks, as quantized files do.
     ``q4k_linears``: a model 256 wide whose layers' linears are random Q4_K tensors (the returned
-    model holds their dequantized weights)."""
+    model holds their dequantized weights). ``tied_head``: no output tensor, so the embedding table is
+    the head too (the returned model's head is then not the file's). ``architecture``: the name the
+    file gives its architecture."""
     import gguf
 
     model, tokenizer = tiny_model("qwen2", seed, hidden=256 if q4k_linears else 64), tiny_tokenizer()
     config = model.config
-    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_name("tiny-qwen2")
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
@@ -193,6 +195,8 @@ def save_tiny_gguf(path: Path, seed: int = 0, quantized_embedding: bool = False,
     generator = torch.Generator().manual_seed(seed)
     for name, tensor in model.state_dict().items():
         parts = name.removeprefix("model.").split(".")
+        if name == "lm_head.weight" and tied_head:
+            continue
         if name == "lm_head.weight":
             gguf_name = "output.weight"
         elif parts[0] == "layers":

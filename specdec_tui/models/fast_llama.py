@@ -28,7 +28,14 @@ from torch import nn
 
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.draft_head import ContextHead
-from specdec_tui.models.embedding import DenseEmbedding, Embedding, embedding_from_tensors
+from specdec_tui.models.embedding import (
+    GGUF_EMBEDDING,
+    DenseEmbedding,
+    Embedding,
+    GgufEmbedding,
+    embedding_from_tensors,
+)
+from specdec_tui.models.gguf_weights import GgufWeights
 from specdec_tui.models.kv_cache import KVCache
 from specdec_tui.models.layers import (
     Attention,
@@ -52,8 +59,12 @@ SUPPORTED_TYPES = frozenset({"llama", "qwen2", "mistral"})
 
 
 def supports_fast_llama(model: PreTrainedModel) -> bool:
-    config = model.config
-    if config.model_type not in SUPPORTED_TYPES or next(model.parameters()).device.type != "cpu":
+    return next(model.parameters()).device.type == "cpu" and supports_config(model.config)
+
+
+def supports_config(config: PretrainedConfig) -> bool:
+    """Whether the lean forward computes a model of ``config``."""
+    if config.model_type not in SUPPORTED_TYPES:
         return False
     rope = getattr(config, "rope_parameters", None) or {}
     if rope.get("rope_type", "default") != "default" or getattr(config, "hidden_act", "silu") != "silu":
@@ -232,29 +243,72 @@ class FastLlama:
         """The forward of ``model``'s weights packed at ``precision`` (``exact``: for a target).
         ``q4k``: the Q4_K tensors of the GGUF file ``model`` was read from, whose linears then hold
         their int8 weights as indices too (``IndexedInt8Linear``)."""
-        shape = LlamaShape.of(model.config)
         decoder = model.model
-        head = model.lm_head
         # Fused weights are made as each is packed, so only a few fp32 copies exist at a time.
         linears: list[nn.Linear | Callable[[], nn.Linear]] = []
         for layer in decoder.layers:
             attn, mlp = layer.self_attn, layer.mlp
             linears += [partial(_fused, attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj,
                         partial(_fused, mlp.gate_proj, mlp.up_proj), mlp.down_proj]
+        # Copies, not views: a view of a loaded weight keeps the whole memory-mapped file resident.
+        norms = [(layer.input_layernorm.weight.detach().float().clone(),
+                  layer.post_attention_layernorm.weight.detach().float().clone()) for layer in decoder.layers]
+        embedding = DenseEmbedding(decoder.embed_tokens.weight.detach().float().clone())
+        return cls._packed(LlamaShape.of(model.config), [*linears, model.lm_head], norms, embedding,
+                           decoder.norm.weight.detach().float().clone(), precision, exact, on_packed, q4k)
+
+    @classmethod
+    def from_gguf(
+        cls,
+        weights: GgufWeights,
+        config: PretrainedConfig,
+        precision: str,
+        exact: bool = True,
+        on_packed: PackProgress = lambda done, total: None,
+        q4k: Q4kTensors | None = None,
+    ) -> FastLlama:
+        """``from_model`` of the model in GGUF file ``weights`` (its configuration ``config``), without
+        the float32 model: each linear is dequantized while it is packed. The same bits where
+        ``weights.architecture`` is one transformers loads as stored (``AS_STORED``)."""
+        count = config.num_hidden_layers
+        linears: list[nn.Linear | Callable[[], nn.Linear]] = [
+            partial(weights.linear, [f"blk.{i}.{name}" for name in names])
+            for i in range(count) for names in GGUF_LAYER_TENSORS
+        ]
+        head = partial(weights.linear, ["output" if "output.weight" in weights else GGUF_EMBEDDING.removesuffix(".weight")])
+        norms = [(weights.tensor(f"blk.{i}.attn_norm.weight"), weights.tensor(f"blk.{i}.ffn_norm.weight"))
+                 for i in range(count)]
+        blocks = weights.blocks(GGUF_EMBEDDING)
+        embedding = (GgufEmbedding(*blocks) if blocks is not None
+                     else DenseEmbedding(weights.tensor(GGUF_EMBEDDING)))
+        return cls._packed(LlamaShape.of(config), [*linears, head], norms, embedding,
+                           weights.tensor("output_norm.weight"), precision, exact, on_packed, q4k)
+
+    @classmethod
+    def _packed(
+        cls,
+        shape: LlamaShape,
+        linears: Sequence[nn.Linear | Callable[[], nn.Linear]],
+        norms: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        embedding: Embedding,
+        final_norm: torch.Tensor,
+        precision: str,
+        exact: bool,
+        on_packed: PackProgress,
+        q4k: Q4kTensors | None,
+    ) -> FastLlama:
+        """The forward of ``linears`` (four a layer in ``LAYER_LINEARS`` order, then the head) packed at
+        ``precision``, and each layer's two norms."""
         sources = [] if q4k is None else [
             partial(q4k.parts, [f"blk.{i}.{name}.weight" for name in names])
-            for i in range(len(decoder.layers)) for names in GGUF_LAYER_TENSORS
+            for i in range(len(norms)) for names in GGUF_LAYER_TENSORS
         ]
-        packed = pack_linears([*linears, head], precision, exact, on_packed, sources)
-        layers = [
-            # Copies, not views: a view of a loaded weight keeps the whole memory-mapped file resident.
-            LayerWeights(packed[4 * i : 4 * i + 4], layer.input_layernorm.weight.detach().float().clone(),
-                         layer.post_attention_layernorm.weight.detach().float().clone())
-            for i, layer in enumerate(decoder.layers)
-        ]
-        embedding = DenseEmbedding(decoder.embed_tokens.weight.detach().float().clone())
-        final_norm = decoder.norm.weight.detach().float().clone()
-        return cls(shape, embedding, final_norm, layers, packed[-1])
+        # The head first: its float weights (0.9 GB for the default target) then exist beside few packed
+        # linears, not beside all of them.
+        head, *packed = pack_linears([linears[-1], *linears[:-1]], precision, exact, on_packed,
+                                     [lambda: None, *sources])
+        layers = [LayerWeights(packed[4 * i : 4 * i + 4], *norm) for i, norm in enumerate(norms)]
+        return cls(shape, embedding, final_norm, layers, head)
 
     def packed_state(self) -> tuple[dict[str, torch.Tensor], dict] | None:
         """Every tensor of this forward, and what ``from_packed`` needs to put them back together;

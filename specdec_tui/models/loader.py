@@ -31,7 +31,8 @@ from specdec_tui.models.attention import use_row_exact
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.embedding import DenseEmbedding, gguf_embedding
 from specdec_tui.models.errors import ModelError
-from specdec_tui.models.fast_llama import FastLlama, supports_fast_llama
+from specdec_tui.models.fast_llama import FastLlama, supports_config, supports_fast_llama
+from specdec_tui.models.gguf_weights import AS_STORED, GgufWeights
 from specdec_tui.models.hf_runner import HFRunner
 from specdec_tui.models.precision import PRECISIONS, PackProgress, apply_precision
 from specdec_tui.models.presets import PRESETS
@@ -194,7 +195,8 @@ def make_runner(
     model.eval()
     model.requires_grad_(False)
     if device.type == "cpu" and supports_fast_llama(model):
-        return FastLlama.from_model(model, precision, exact, on_packed, None if gguf is None else Q4kTensors(gguf))
+        q4k = Q4kTensors(GgufWeights(gguf)) if gguf is not None and precision == "int8" else None
+        return FastLlama.from_model(model, precision, exact, on_packed, q4k)
     return HFRunner(prepare_model(model, precision, device, exact, on_packed))
 
 
@@ -232,13 +234,58 @@ def _load_weights(
     return tokenizer, model
 
 
+def _transformers_model(ref: ModelRef, source: str, name: str, progress: ProgressFn) -> tuple[
+        PreTrainedTokenizerBase, PreTrainedModel]:
+    """``_load_weights``, a failed hub load naming what else a reference can be."""
+    if ref.kind != "hub":
+        return _load_weights(source, name, progress)
+    try:
+        return _load_weights(source, name)
+    except ModelError as exc:
+        raise ModelError(
+            f"{name} is not a preset ({', '.join(PRESETS)}), a local folder or a .gguf file, and loading it "
+            f"from the Hugging Face hub failed: {exc}"
+        ) from exc
+
+
+def pack_gguf(path: Path, name: str, precision: str, exact: bool, progress: ProgressFn = no_progress) -> tuple[
+        PreTrainedTokenizerBase, PretrainedConfig, GenerationConfig, FastLlama] | None:
+    """The tokenizer, configurations and lean forward of GGUF file ``path``, packed straight from the
+    file (``FastLlama.from_gguf``); None where that would not give transformers' numbers (another
+    architecture) or the lean forward does not run the model."""
+    try:
+        weights = GgufWeights(path)
+        if weights.architecture not in AS_STORED:
+            return None
+        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+        if not supports_config(config):
+            return None
+        config.dtype = torch.float32  # what the forward computes in, as a model loaded in float32 says
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+        converting = f"dequantizing and packing {precision} weights"
+
+        def on_packed(done: int, total: int) -> None:
+            # Each linear's float temporaries are freed among the packed ones kept: without handing
+            # them back, the target's packing held 1.3 GB more at its end.
+            release_freed_memory()
+            progress(Progress(name, "convert", done, total, converting))
+
+        progress(Progress(name, "convert", 0, None, converting))
+        q4k = Q4kTensors(weights) if precision == "int8" else None
+        runner = FastLlama.from_gguf(weights, config, precision, exact, on_packed, q4k)
+    except Exception as exc:  # readers raise many kinds for a bad file; all mean "cannot load"
+        raise ModelError(f"cannot load {name}: {first_line(exc)}") from exc
+    return tokenizer, config, GenerationConfig.from_model_config(config), runner
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
 def store_packed(cache: ModelCache, key: str, runner: FastLlama, tokenizer: PreTrainedTokenizerBase,
-                 model: PreTrainedModel, source: dict) -> None:
+                 config: PretrainedConfig, generation: GenerationConfig, source: dict) -> None:
     """Write ``runner``'s packed tensors with the tokenizer and config as cache entry ``key``, unless
     its linears cannot be stored. A failed write (a full disk) is the caller's to report."""
     state = runner.packed_state()
@@ -248,8 +295,8 @@ def store_packed(cache: ModelCache, key: str, runner: FastLlama, tokenizer: PreT
     with cache.lock(key), cache.building(key, source) as scratch:
         save_file(tensors, str(scratch / PACKED_WEIGHTS), metadata={"specdec": json.dumps(meta)})
         tokenizer.save_pretrained(scratch)
-        model.config.save_pretrained(scratch)
-        model.generation_config.save_pretrained(scratch)
+        config.save_pretrained(scratch)
+        generation.save_pretrained(scratch)
 
 
 def load_packed(cache: ModelCache, key: str, name: str, tokenizers: Tokenizers) -> tuple[
@@ -305,30 +352,26 @@ def load_model(
                            source_path(ref, cache), cache, head_tokens)
     source = local_source(ref, cache, progress)
     progress(Progress(reference, "load", 0, None, f"reading {ref.kind} {ref.value}"))
-    if ref.kind == "hub":
-        try:
-            tokenizer, model = _load_weights(source, reference)
-        except ModelError as exc:
-            known = ", ".join(PRESETS)
-            raise ModelError(
-                f"{reference} is not a preset ({known}), a local folder or a .gguf file, and loading it "
-                f"from the Hugging Face hub failed: {exc}"
-            ) from exc
-    else:
-        tokenizer, model = _load_weights(source, reference, progress)
-
-    def on_packed(done: int, total: int) -> None:
-        progress(Progress(reference, "prepare", done, total, f"packing {precision} weights"))
-
     gguf = Path(source) if Path(source).suffix.lower() == ".gguf" else None
-    runner = make_runner(model, precision, device, role == "target", on_packed, gguf)
-    if isinstance(runner, FastLlama) and gguf is not None:
-        assert isinstance(runner.embedding, DenseEmbedding)
-        runner.embedding = gguf_embedding(gguf, runner.embedding.weight) or runner.embedding
+    from_gguf = pack_gguf(gguf, reference, precision, role == "target", progress) if gguf and device.type == "cpu" else None
+    model: PreTrainedModel | None = None
+    if from_gguf is not None:
+        tokenizer, config, generation, runner = from_gguf
+    else:
+        tokenizer, model = _transformers_model(ref, source, reference, progress)
+
+        def on_packed(done: int, total: int) -> None:
+            progress(Progress(reference, "prepare", done, total, f"packing {precision} weights"))
+
+        runner = make_runner(model, precision, device, role == "target", on_packed, gguf)
+        if isinstance(runner, FastLlama) and gguf is not None:
+            assert isinstance(runner.embedding, DenseEmbedding)
+            runner.embedding = gguf_embedding(gguf, runner.embedding.weight) or runner.embedding
+        config, generation = model.config, model.generation_config
     if key is not None and isinstance(runner, FastLlama):
         progress(Progress(reference, "prepare", 0, None, "storing the packed weights for the next start"))
         try:
-            store_packed(cache, key, runner, tokenizer, model,
+            store_packed(cache, key, runner, tokenizer, config, generation,
                          {"packed_from": reference, "role": role, "precision": precision})
         except ModelError as exc:  # the model is loaded; only the next start is slower
             progress(Progress(reference, "prepare", 0, None, f"the packed weights were not stored: {exc}"))
@@ -337,7 +380,7 @@ def load_model(
                 drop_preset_gguf(cache, ref.value, progress)
     # The lean forward holds packed copies; keeping the fp32 original too would double the memory.
     kept = model if isinstance(runner, HFRunner) else None
-    loaded = _loaded(reference, kept, runner, tokenizer, model.config, model.generation_config, precision, device,
+    loaded = _loaded(reference, kept, runner, tokenizer, config, generation, precision, device,
                      role, source, cache, head_tokens)
     del model
     release_freed_memory()

@@ -9,12 +9,13 @@ the sub-block's step and offset.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 from gguf.quants import Q4_K
+
+from specdec_tui.models.gguf_weights import GgufWeights
 
 BLOCK_INPUTS = 256
 BLOCK_BYTES = 144
@@ -51,10 +52,11 @@ def q4k_weight(parts: Q4kParts) -> torch.Tensor:
 
 
 class Q4kTensors:
-    """A GGUF file's Q4_K tensors by name, read on demand (the file stays memory-mapped)."""
+    """A GGUF file's Q4_K tensors by name, read on demand."""
 
-    def __init__(self, path: Path) -> None:
-        self.tensors = {tensor.name: tensor for tensor in GGUFReader(path).tensors
+    def __init__(self, weights: GgufWeights) -> None:
+        self.weights = weights
+        self.tensors = {name: tensor for name, tensor in self.weights.tensors.items()
                         if tensor.tensor_type == GGMLQuantizationType.Q4_K}
 
     def parts(self, names: Sequence[str]) -> Q4kParts | None:
@@ -66,6 +68,6 @@ class Q4kTensors:
         for name in names:
             tensor = self.tensors[name]
             width, rows = (int(n) for n in tensor.shape)
-            parts.append(q4k_parts(np.asarray(tensor.data), rows, width))
+            parts.append(q4k_parts(self.weights.raw(name), rows, width))
         indices, steps, offsets = zip(*parts, strict=True)
         return torch.cat(indices), torch.cat(steps), torch.cat(offsets)

@@ -225,15 +225,26 @@ def using_short_pass_prefetch(on: bool | None) -> AbstractContextManager[int]:
     return _kernel_setting("use_short_pass_prefetch", -1 if on is None else int(on))
 
 
+PACK_ROWS_AT_ONCE = 8192
+
+
 def pack_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``weight`` [N, K] as the kernel reads it: int8 blocks, per-column scales and column sums.
 
     Each output column (a row of ``weight``) gets its own scale, absolute maximum / 127. Columns
     are padded to a multiple of 16 and inputs to a multiple of 4 with zero weights.
     """
-    weight = weight.detach().float()
-    scales = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-    return int8_blocks(torch.round(weight / scales[:, None]).clamp_(-127, 127).to(torch.int8), scales)
+    weight = weight.detach()
+    q = torch.empty(weight.shape, dtype=torch.int8)
+    scales = torch.empty(weight.shape[0])
+    # A slice of columns at a time: a head's float temporaries would be twice its 0.9 GB otherwise.
+    # (Every step is per column, so the bits are the same.)
+    for start in range(0, weight.shape[0], PACK_ROWS_AT_ONCE):
+        rows = weight[start : start + PACK_ROWS_AT_ONCE].float()
+        row_scales = rows.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+        scales[start : start + PACK_ROWS_AT_ONCE] = row_scales
+        q[start : start + PACK_ROWS_AT_ONCE] = torch.round(rows / row_scales[:, None]).clamp_(-127, 127)
+    return int8_blocks(q, scales)
 
 
 def int8_blocks(q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -316,12 +327,17 @@ def pack_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     out_features, in_features = weight.shape
     columns = -(-out_features // INT4_COLUMNS) * INT4_COLUMNS
     width = -(-in_features // INT4_GROUP) * INT4_GROUP
-    padded = torch.zeros(columns, width)
-    padded[:out_features, :in_features] = weight.detach().float()
-    groups = padded.view(columns, width // INT4_GROUP, INT4_GROUP)
-    minimum = groups.amin(dim=2).half().float()
-    scale = ((groups.amax(dim=2) - minimum) / 15.0).clamp_min(1e-8).half().float()
-    q = torch.round((groups - minimum[..., None]) / scale[..., None]).clamp_(0, 15).to(torch.uint8)
+    q = torch.empty(columns, width // INT4_GROUP, INT4_GROUP, dtype=torch.uint8)
+    minimum, scale = torch.empty(columns, width // INT4_GROUP), torch.empty(columns, width // INT4_GROUP)
+    # A slice of columns at a time, as pack_int8 does.
+    for start in range(0, columns, PACK_ROWS_AT_ONCE):
+        end = min(start + PACK_ROWS_AT_ONCE, columns)
+        padded = torch.zeros(end - start, width)
+        padded[: max(0, min(end, out_features) - start), :in_features] = weight[start:end].detach().float()
+        groups = padded.view(end - start, width // INT4_GROUP, INT4_GROUP)
+        minimum[start:end] = groups.amin(dim=2).half().float()
+        scale[start:end] = ((groups.amax(dim=2) - minimum[start:end]) / 15.0).clamp_min(1e-8).half().float()
+        q[start:end] = torch.round((groups - minimum[start:end, :, None]) / scale[start:end, :, None]).clamp_(0, 15)
     # k = group * 64 + step * 8 + nibble * 4 + i  ->  [block, group, step, column, i, nibble]
     q = q.view(columns // INT4_COLUMNS, INT4_COLUMNS, width // INT4_GROUP, 8, 2, 4).permute(0, 2, 3, 1, 5, 4)
     packed = (q[..., 0] | (q[..., 1] << 4)).contiguous()

@@ -1,0 +1,90 @@
+"""A GGUF file's weights read straight into the lean forward, one linear at a time.
+
+Through transformers, a first start dequantized every tensor of the file into a float32 model (6 GB
+for the default 1.5B target, and an 11.8 GB peak with its copies) before packing it. Here each
+linear is dequantized only while it is packed, with the function transformers uses (gguf's
+``dequantize``), so the packed weights are the same bits. Only architectures whose tensors
+transformers takes as they are stored qualify: it reorders Llama's query and key rows, for one.
+
+Tensors are read with ``pread``, not through the file's memory mapping, so the pages read count
+toward the system's file cache and not the process's resident memory; a large one is dequantized a
+slice of rows at a time, so gguf's temporaries are a slice's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader, dequantize
+from gguf.gguf_reader import ReaderTensor
+from torch import nn
+
+#: Architectures (``general.architecture``) whose tensors transformers loads unchanged.
+AS_STORED = frozenset({"qwen2"})
+FLOAT_TYPES = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
+ROWS_AT_ONCE = 8192
+
+
+class GgufWeights:
+    """The named tensors of a GGUF file, read and dequantized on demand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        reader = GGUFReader(path)
+        self.tensors: dict[str, ReaderTensor] = {tensor.name: tensor for tensor in reader.tensors}
+        field = reader.fields.get("general.architecture")
+        self.architecture = bytes(field.parts[field.data[0]]).decode() if field is not None else ""
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def raw(self, name: str) -> np.ndarray:
+        """``name``'s stored values: [rows, width] of its float type, or [rows, bytes a row] of blocks."""
+        tensor = self.tensors[name]
+        stored = np.empty(int(tensor.n_bytes), dtype=np.uint8)
+        with open(self.path, "rb") as file:
+            done = 0
+            while done < stored.size:  # one read returns at most about 2 GB
+                read = os.preadv(file.fileno(), [stored[done:]], int(tensor.data_offset) + done)
+                if read <= 0:
+                    raise ValueError(f"{self.path.name} ends inside tensor {name}")
+                done += read
+        rows = int(tensor.n_elements) // int(tensor.shape[0])
+        if tensor.tensor_type in FLOAT_TYPES:
+            return stored.view(FLOAT_TYPES[tensor.tensor_type]).reshape(rows, int(tensor.shape[0]))
+        return stored.reshape(rows, -1)
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """``name`` as float32, [rows, width] for a matrix, as transformers loads it."""
+        tensor = self.tensors[name]
+        stored = self.raw(name)
+        values = torch.empty(stored.shape[0], int(tensor.shape[0]))
+        for start in range(0, stored.shape[0], ROWS_AT_ONCE):
+            rows = dequantize(stored[start : start + ROWS_AT_ONCE], tensor.tensor_type)
+            values[start : start + ROWS_AT_ONCE] = torch.from_numpy(np.asarray(rows, dtype=np.float32))
+        return values if len(tensor.shape) > 1 else values.reshape(-1)
+
+    def blocks(self, name: str) -> tuple[torch.Tensor, int] | None:
+        """``name``'s quantized blocks ([rows, bytes a row]) and their type; None for a float tensor."""
+        tensor = self.tensors[name]
+        if tensor.tensor_type in FLOAT_TYPES:
+            return None
+        return torch.from_numpy(self.raw(name)), int(tensor.tensor_type)
+
+    def linear(self, stems: Sequence[str]) -> nn.Linear:
+        """The linear of the ``stems``' weights stacked row after row (a fused one), with their biases
+        where any has one (zeros for the others)."""
+        weights = [self.tensor(f"{stem}.weight") for stem in stems]
+        weight = torch.cat(weights) if len(weights) > 1 else weights[0]
+        linear = nn.Linear(weight.shape[1], weight.shape[0], bias=any(f"{stem}.bias" in self for stem in stems))
+        linear.weight.data = weight
+        if linear.bias is not None:
+            linear.bias.data = torch.cat([
+                self.tensor(f"{stem}.bias") if f"{stem}.bias" in self else torch.zeros(len(part))
+                for stem, part in zip(stems, weights, strict=True)
+            ])
+        return linear

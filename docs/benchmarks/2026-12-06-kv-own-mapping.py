@@ -9,7 +9,7 @@ engine keeps its caches (a fresh cache a reply would add its first writes to eve
 reply is asserted equal to target-only's.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-06-kv-own-mapping.py
-Output of 2026-12-06 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-06-kv-own-mapping.txt. Its engines
+Output of 2026-12-06 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-06-kv-own-mapping.txt and -2.txt. Its engines
 learn their verify costs apart, so their drafts can differ (the step counts per line); the passes
 themselves, timed alone in one process (a one-row target pass after 100 and 400 tokens, the two
 kinds alternating 30 times): mapped / heap 0.989 and 0.994.

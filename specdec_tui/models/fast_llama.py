@@ -275,7 +275,8 @@ class FastLlama:
             partial(weights.linear, [f"blk.{i}.{name}" for name in names])
             for i in range(count) for names in GGUF_LAYER_TENSORS
         ]
-        head = partial(weights.linear, ["output" if "output.weight" in weights else GGUF_EMBEDDING.removesuffix(".weight")])
+        # No output tensor: the head is the embedding table (tied), as transformers loads it.
+        head = partial(weights.linear, ["output" if "output.weight" in weights else "token_embd"])
         norms = [(weights.tensor(f"blk.{i}.attn_norm.weight"), weights.tensor(f"blk.{i}.ffn_norm.weight"))
                  for i in range(count)]
         blocks = weights.blocks(GGUF_EMBEDDING)

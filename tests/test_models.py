@@ -621,6 +621,19 @@ def test_a_corrupt_weight_file_is_a_clear_error(tmp_path: Path):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("kept", ["header", "tensors"])
+def test_a_truncated_gguf_file_is_a_one_line_error_and_stores_nothing(tmp_path: Path, kept: str):
+    path = tmp_path / "tiny.gguf"
+    save_tiny_gguf(path)
+    data = path.read_bytes()
+    path.write_bytes(data[:200] if kept == "header" else data[: len(data) - 1000])  # cut in the header / last tensor
+    cache = ModelCache(tmp_path / "cache")
+    with pytest.raises(ModelError, match=f"cannot load {path}") as info:
+        load_model(str(path), precision="int8", device=CPU, cache=cache)
+    assert "\n" not in str(info.value)
+    assert cache.entries() == []
+
+
 def test_draft_and_target_with_different_tokenizers_are_refused(tmp_path: Path):
     save_tiny(tmp_path / "target")
     save_tiny(tmp_path / "draft", tokenizer=tiny_tokenizer(vocab_size=300))

@@ -35,7 +35,10 @@ class GgufWeights:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        reader = GGUFReader(path)
+        try:
+            reader = GGUFReader(path)
+        except (ValueError, IndexError, KeyError) as exc:  # gguf's reader says where it ran out, not that it did
+            raise ValueError(f"{path.name} is not a whole GGUF file ({exc})") from exc
         self.tensors: dict[str, ReaderTensor] = {tensor.name: tensor for tensor in reader.tensors}
         field = reader.fields.get("general.architecture")
         self.architecture = bytes(field.parts[field.data[0]]).decode() if field is not None else ""

@@ -634,6 +634,15 @@ def test_a_truncated_gguf_file_is_a_one_line_error_and_stores_nothing(tmp_path: 
     assert cache.entries() == []
 
 
+def test_a_pair_from_gguf_files_shares_one_tokenizer_on_its_first_load_as_on_later_ones(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "target.gguf")
+    save_tiny_gguf(tmp_path / "draft.gguf", seed=1)
+    for load in ("first, packing both", "later, from the packed entries"):
+        pair = load_pair(str(tmp_path / "target.gguf"), str(tmp_path / "draft.gguf"), precision="fp32",
+                         draft_precision="fp32", device="cpu", cache_dir=tmp_path / "c")
+        assert pair.draft is not None and pair.draft.tokenizer is pair.target.tokenizer, load
+
+
 def test_draft_and_target_with_different_tokenizers_are_refused(tmp_path: Path):
     save_tiny(tmp_path / "target")
     save_tiny(tmp_path / "draft", tokenizer=tiny_tokenizer(vocab_size=300))

@@ -322,6 +322,16 @@ def load_packed(cache: ModelCache, key: str, name: str, tokenizers: Tokenizers) 
     return tokenizer, config, generation, runner
 
 
+def shared_tokenizer(cache: ModelCache, key: str, tokenizer: PreTrainedTokenizerBase,
+                     tokenizers: Tokenizers | None) -> PreTrainedTokenizerBase:
+    """The tokenizer this load already made from the same files as entry ``key``'s, else ``tokenizer``
+    (kept for the loads after it): a first start shares the pair's tokenizer as later starts do."""
+    digest = cache.digest(key, TOKENIZER_FILES)
+    if tokenizers is None or not digest:
+        return tokenizer
+    return tokenizers.setdefault(digest, tokenizer)
+
+
 def load_model(
     reference: str,
     *,
@@ -376,6 +386,7 @@ def load_model(
         except ModelError as exc:  # the model is loaded; only the next start is slower
             progress(Progress(reference, "prepare", 0, None, f"the packed weights were not stored: {exc}"))
         else:
+            tokenizer = shared_tokenizer(cache, key, tokenizer, tokenizers)
             if ref.kind == "preset":
                 drop_preset_gguf(cache, ref.value, progress)
     # The lean forward holds packed copies; keeping the fp32 original too would double the memory.

@@ -85,6 +85,12 @@ def _fused(*linears: nn.Linear) -> nn.Linear:
     return fused
 
 
+def _gguf_linear(weights: GgufWeights, stems: Sequence[str]) -> nn.Linear:
+    """The linear of GGUF tensors ``stems``, fused (``_fused``) where there are several."""
+    linears = [weights.linear(stem) for stem in stems]
+    return linears[0] if len(linears) == 1 else _fused(*linears)
+
+
 class DecoderLayer(nn.Module):
     """One pre-norm attention + SwiGLU block over new rows; their keys and values go into a cache."""
 
@@ -272,11 +278,11 @@ class FastLlama:
         ``weights.architecture`` is one transformers loads as stored (``AS_STORED``)."""
         count = config.num_hidden_layers
         linears: list[nn.Linear | Callable[[], nn.Linear]] = [
-            partial(weights.linear, [f"blk.{i}.{name}" for name in names])
+            partial(_gguf_linear, weights, [f"blk.{i}.{name}" for name in names])
             for i in range(count) for names in GGUF_LAYER_TENSORS
         ]
         # No output tensor: the head is the embedding table (tied), as transformers loads it.
-        head = partial(weights.linear, ["output" if "output.weight" in weights else "token_embd"])
+        head = partial(weights.linear, "output" if "output.weight" in weights else "token_embd")
         norms = [(weights.tensor(f"blk.{i}.attn_norm.weight"), weights.tensor(f"blk.{i}.ffn_norm.weight"))
                  for i in range(count)]
         blocks = weights.blocks(GGUF_EMBEDDING)
@@ -415,8 +421,8 @@ class FastLlama:
             positions = visible = torch.cat([positions, positions[torch.tensor(stand_ins) + scored_from]])
         cos, sin = self.cos[positions], self.sin[positions]
         if self.kernel_layers is not None and rows + extra <= MAX_ROWS:
-            x = torch.ops.specdec.decoder_layers(x, cos, sin, self.cache.keys, self.cache.values, self.length, *self.kernel_layers,
-                                                 visible)
+            x = torch.ops.specdec.decoder_layers(x, cos, sin, self.cache.keys, self.cache.values, self.length,
+                                                 *self.kernel_layers, visible)
         else:
             x = self.stack(x, cos, sin, self.cache.keys, self.cache.values, self.length, n_logits)
         self.length += rows

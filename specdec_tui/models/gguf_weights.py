@@ -15,7 +15,6 @@ slice of rows at a time, so gguf's temporaries are a slice's.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,16 +78,11 @@ class GgufWeights:
             return None
         return torch.from_numpy(self.raw(name)), int(tensor.tensor_type)
 
-    def linear(self, stems: Sequence[str]) -> nn.Linear:
-        """The linear of the ``stems``' weights stacked row after row (a fused one), with their biases
-        where any has one (zeros for the others)."""
-        weights = [self.tensor(f"{stem}.weight") for stem in stems]
-        weight = torch.cat(weights) if len(weights) > 1 else weights[0]
-        linear = nn.Linear(weight.shape[1], weight.shape[0], bias=any(f"{stem}.bias" in self for stem in stems))
+    def linear(self, stem: str) -> nn.Linear:
+        """The linear of tensors ``stem``.weight and, where the file has it, ``stem``.bias."""
+        weight = self.tensor(f"{stem}.weight")
+        linear = nn.Linear(weight.shape[1], weight.shape[0], bias=f"{stem}.bias" in self)
         linear.weight.data = weight
         if linear.bias is not None:
-            linear.bias.data = torch.cat([
-                self.tensor(f"{stem}.bias") if f"{stem}.bias" in self else torch.zeros(len(part))
-                for stem, part in zip(stems, weights, strict=True)
-            ])
+            linear.bias.data = self.tensor(f"{stem}.bias")
         return linear

@@ -20,8 +20,8 @@ from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.engine.cached_model import CachedModel
 from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
 from specdec_tui.engine.drafters import Drafter
-from specdec_tui.engine.metrics import RunSummary
-from specdec_tui.engine.policy import DraftPolicy, VerifyCost
+from specdec_tui.engine.metrics import RunSummary, StepRecord
+from specdec_tui.engine.policy import DraftPolicy, VerifyCost, _ema
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.runtime import Runtime, build_engine
@@ -42,6 +42,19 @@ class PlannedLength(DraftPolicy):
 
     def keep_drafting(self, confidences: Sequence[float], branches: int) -> bool:
         return len(confidences) < self.length
+
+
+class DraftCostBefore(DraftPolicy):
+    """The draft cost learnt as before 2026-12-06's night: a typical draft's time averaged in
+    unclipped, a draft that first read skipped tokens teaching nothing (so a policy that stopped
+    drafting because drafts looked dear never learnt otherwise)."""
+
+    def observe(self, record: StepRecord, cost_is_typical: bool = True,
+                confidences: Sequence[float] = (), branched: Sequence[int] = ()) -> None:
+        cost = self.draft_cost
+        super().observe(record, cost_is_typical, confidences, branched)
+        if record.drafted:
+            self.draft_cost = _ema(cost, record.draft_s / record.drafted) if cost_is_typical else cost
 
 
 def lean_forward(runner: object) -> FastLlama:

@@ -66,6 +66,12 @@ def _ema(old: float | None, new: float, weight: float = 0.3) -> float:
     return new if old is None else (1 - weight) * old + weight * new
 
 
+#: The most one measurement may exceed what its estimate expected: a pass that another process or
+#: the OS slowed would otherwise set a cost for as long as that dearness keeps the policy away from
+#: measuring it again.
+MOST_OVER_EXPECTED = 1.25
+
+
 class VerifyCost:
     """Seconds one target pass over a number of rows takes, learnt from every step of every mode.
 
@@ -76,17 +82,16 @@ class VerifyCost:
         self.measured: dict[int, float] = {}
 
     def observe(self, record: StepRecord) -> None:
-        """Average in one pass, first clipped to within a quarter of what the table expected of it:
-        a pass that another process or the OS slowed would otherwise set a row count's cost for as
-        long as that dearness keeps the policy away from it. A row count's first pass is only held
-        to at most a quarter over the table's guess: nothing makes a pass cheaper than its work, so
-        a first pass under the guess is believed (for fewer rows than measured, the guess is the
-        most they can cost)."""
+        """Average in one pass, first clipped to within a quarter of what the table expected of it
+        (``MOST_OVER_EXPECTED``, and as much below it). A row count's first pass is only held to at
+        most a quarter over the table's guess: nothing makes a pass cheaper than its work, so a
+        first pass under the guess is believed (for fewer rows than measured, the guess is the most
+        they can cost)."""
         seconds = record.verify_s
         if self.measured:
             expected = self(record.rows)
-            least = expected / 1.25 if record.rows in self.measured else 0.0
-            seconds = min(max(seconds, least), expected * 1.25)
+            least = expected / MOST_OVER_EXPECTED if record.rows in self.measured else 0.0
+            seconds = min(max(seconds, least), expected * MOST_OVER_EXPECTED)
         self.measured[record.rows] = _ema(self.measured.get(record.rows), seconds)
 
     def __call__(self, rows: int) -> float:
@@ -288,9 +293,12 @@ class DraftPolicy:
                 confidences: Sequence[float] = (), branched: Sequence[int] = ()) -> None:
         """Learn from a step that verified this policy's drafter's draft.
 
-        ``cost_is_typical`` is False when the draft time includes reading a prompt; ``confidences``
-        are the draft's probabilities of the tokens it drafted, where it knows them; ``branched``
-        the drafted positions that had a branch.
+        ``cost_is_typical`` is False when the draft time includes reading tokens first (a prompt, or
+        the tokens of steps it did not draft): such a time only bounds the draft cost from above.
+        A typical one moves the cost up by at most ``MOST_OVER_EXPECTED``; a cheaper one is believed,
+        as nothing makes a draft cheaper than its work. ``confidences`` are the draft's
+        probabilities of the tokens it drafted, where it knows them; ``branched`` the drafted
+        positions that had a branch.
         """
         if record.drafted == 0:
             return
@@ -304,5 +312,13 @@ class DraftPolicy:
             self.branch_misses = self.decay * self.branch_misses + (not record.branch_kept)
             if confidences:
                 self.branch_hit_by_confidence.record(confidences[chain_kept], record.branch_kept)
-        if cost_is_typical:
-            self.draft_cost = _ema(self.draft_cost, record.draft_s / record.drafted)
+        seconds = record.draft_s / record.drafted
+        if self.draft_cost is None:
+            self.draft_cost = seconds if cost_is_typical else None
+        elif cost_is_typical:
+            self.draft_cost = _ema(self.draft_cost, min(seconds, self.draft_cost * MOST_OVER_EXPECTED))
+        elif seconds < self.draft_cost:
+            # Reading tokens first only adds time, so even such a draft was cheaper than the estimate.
+            # Without this a policy that stopped drafting would never learn otherwise: its probes
+            # come after steps the draft did not read.
+            self.draft_cost = _ema(self.draft_cost, seconds)

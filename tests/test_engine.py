@@ -392,6 +392,20 @@ def test_every_mode_teaches_one_verify_cost_table_that_all_drafters_read():
     assert all(p.verify_cost is engine.decoder.verify_cost for p in engine.policies.values())
 
 
+def test_a_draft_cost_learnt_far_too_dear_comes_down_through_the_probes_of_the_next_reply():
+    # As after a draft that another process slowed for a second: the policy stops drafting, and
+    # only its probes, each first reading the tokens of the plain steps before it, can show it
+    # that drafting is cheap again.
+    engine = tiny_engine("qwen2", eos_ids=frozenset())
+    params = DecodeParams(k=4, max_new_tokens=96)
+    run(engine, "model", params)
+    policy = engine.policies["model"]
+    policy.draft_cost = 1.0
+    summary = run(engine, "model", params).summary
+    assert summary.drafted > 0  # it probed
+    assert policy.draft_cost < 0.1
+
+
 def test_a_second_engine_on_the_same_runners_starts_from_empty_caches():
     first = tiny_engine("llama", eos_ids=frozenset())
     run(first, "model", fixed(k=3, max_new_tokens=10))

@@ -141,7 +141,6 @@ def test_a_draft_that_read_a_whole_prompt_does_not_inflate_the_draft_cost():
     assert policy.alpha > 0.7  # acceptance still learnt from that step
 
 
-
 def test_a_draft_slowed_by_something_else_moves_the_draft_cost_by_at_most_a_quarter():
     policy = DraftPolicy(VerifyCost())
     policy.observe(step(4, 4, draft_s=0.04))
@@ -174,6 +173,7 @@ def test_a_policy_that_stopped_drafting_because_drafts_looked_dear_learns_from_i
     assert drafted[:6].count(0) >= 5  # stopped at first
     assert drafted[-20:].count(0) == 0  # drafting again
     assert policy.draft_cost < 0.015
+
 
 GREEDY = Sampler(0.0, 1.0, torch.Generator().manual_seed(0))
 REPEATING = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]  # the last 3-gram occurred before: a copy is found

@@ -118,7 +118,8 @@ class ModelDrafter:
 
     def observe(self, record: StepRecord, source: str) -> None:
         if self.policy is not None and source == self.name:
-            # A draft that first had to read a prompt says nothing about what drafting costs.
+            # A draft that first had to read tokens (a prompt, or those of steps it did not draft)
+            # took longer than drafting alone: its time bounds the cost only from above.
             self.policy.observe(record, cost_is_typical=self.caught_up <= 2, confidences=self.confidences,
                                 branched=self.branched)
 

@@ -523,8 +523,8 @@ def test_a_gguf_file_packed_straight_from_the_file_is_bit_for_bit_the_entry_pack
 def test_a_gguf_file_of_an_architecture_whose_tensors_transformers_reorders_is_not_packed_straight(tmp_path: Path):
     save_tiny_gguf(tmp_path / "qwen2.gguf")
     save_tiny_gguf(tmp_path / "llama.gguf", architecture="llama")
-    assert loader.pack_gguf(tmp_path / "qwen2.gguf", "qwen2", "fp32", True) is not None
-    assert loader.pack_gguf(tmp_path / "llama.gguf", "llama", "fp32", True) is None
+    assert loader.pack_gguf(gguf_weights.GgufWeights(tmp_path / "qwen2.gguf"), "qwen2", "fp32", True) is not None
+    assert loader.pack_gguf(gguf_weights.GgufWeights(tmp_path / "llama.gguf"), "llama", "fp32", True) is None
 
 
 def test_a_draft_with_a_limited_head_maps_the_whole_heads_packed_entry(tmp_path: Path):
@@ -583,11 +583,11 @@ def test_a_gguf_files_quantized_embedding_rows_are_bit_for_bit_the_table_transfo
     save_tiny_gguf(tmp_path / "tiny.gguf", quantized_embedding=True)
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32)
     table = hf.model.embed_tokens.weight.detach()
-    embedding = gguf_embedding(tmp_path / "tiny.gguf", table)
+    embedding = gguf_embedding(gguf_weights.GgufWeights(tmp_path / "tiny.gguf"), table)
     assert embedding is not None and torch.equal(embedding.rows(torch.arange(len(table))), table)
-    assert gguf_embedding(tmp_path / "tiny.gguf", table + 1e-6) is None  # a table that differs is not replaced
+    assert gguf_embedding(gguf_weights.GgufWeights(tmp_path / "tiny.gguf"), table + 1e-6) is None  # a table that differs is not replaced
     save_tiny_gguf(tmp_path / "plain.gguf")
-    assert gguf_embedding(tmp_path / "plain.gguf", table) is None  # an fp32 table stays dense
+    assert gguf_embedding(gguf_weights.GgufWeights(tmp_path / "plain.gguf"), table) is None  # an fp32 table stays dense
 
 
 def test_a_corrupt_packed_entry_is_packed_again_and_a_folder_is_never_packed(tmp_path: Path):

@@ -10,13 +10,12 @@ computes the same bits in one call; other types through gguf's numpy.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gguf
 import numpy as np
 import torch
 
 from specdec_tui.models import quantized_kernels
+from specdec_tui.models.gguf_weights import GgufWeights
 
 GGUF_EMBEDDING = "token_embd.weight"
 #: The quantization types ``torch.ops.specdec.gguf_rows`` dequantizes.
@@ -63,17 +62,13 @@ def embedding_from_tensors(tensors: dict[str, torch.Tensor], meta: dict) -> Embe
     return DenseEmbedding(tensors["embed"])
 
 
-def gguf_embedding(path: Path, loaded: torch.Tensor) -> GgufEmbedding | None:
-    """``path``'s quantized embedding table, if it dequantizes to exactly ``loaded`` (the table the
+def gguf_embedding(weights: GgufWeights, loaded: torch.Tensor) -> GgufEmbedding | None:
+    """``weights``' quantized embedding table, if it dequantizes to exactly ``loaded`` (the table the
     model was loaded with); None for an unquantized table or one a loader changed on the way."""
-    reader = gguf.GGUFReader(path)
-    tensor = next((t for t in reader.tensors if t.name == GGUF_EMBEDDING), None)
-    if tensor is None or tensor.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+    blocks = weights.blocks(GGUF_EMBEDDING) if GGUF_EMBEDDING in weights else None
+    if blocks is None or blocks[0].shape[0] != loaded.shape[0]:
         return None
-    blocks = torch.from_numpy(np.array(tensor.data, dtype=np.uint8, copy=True))
-    if blocks.ndim != 2 or blocks.shape[0] != loaded.shape[0]:
-        return None
-    embedding = GgufEmbedding(blocks, int(tensor.tensor_type))
+    embedding = GgufEmbedding(*blocks)
     step = 4096  # a chunk at a time: dequantizing the whole table at once would need its fp32 size again
     for start in range(0, embedding.rows_total, step):
         ids = torch.arange(start, min(start + step, embedding.rows_total))

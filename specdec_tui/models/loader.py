@@ -185,7 +185,7 @@ def make_runner(
     device: torch.device,
     exact: bool = True,
     on_packed: PackProgress = lambda done, total: None,
-    gguf: Path | None = None,
+    gguf: GgufWeights | None = None,
 ) -> Runner:
     """The fastest runner for ``model``: the lean Llama-family forward on CPU, else transformers'.
 
@@ -195,7 +195,7 @@ def make_runner(
     model.eval()
     model.requires_grad_(False)
     if device.type == "cpu" and supports_fast_llama(model):
-        q4k = Q4kTensors(GgufWeights(gguf)) if gguf is not None and precision == "int8" else None
+        q4k = Q4kTensors(gguf) if gguf is not None and precision == "int8" else None
         return FastLlama.from_model(model, precision, exact, on_packed, q4k)
     return HFRunner(prepare_model(model, precision, device, exact, on_packed))
 
@@ -248,15 +248,23 @@ def _transformers_model(ref: ModelRef, source: str, name: str, progress: Progres
         ) from exc
 
 
-def pack_gguf(path: Path, name: str, precision: str, exact: bool, progress: ProgressFn = no_progress) -> tuple[
-        PreTrainedTokenizerBase, PretrainedConfig, GenerationConfig, FastLlama] | None:
-    """The tokenizer, configurations and lean forward of GGUF file ``path``, packed straight from the
-    file (``FastLlama.from_gguf``); None where that would not give transformers' numbers (another
-    architecture) or the lean forward does not run the model."""
+def read_gguf(path: Path, name: str) -> GgufWeights:
+    """GGUF file ``path``'s header, read once for every use of the file a load makes."""
     try:
-        weights = GgufWeights(path)
-        if weights.architecture not in AS_STORED:
-            return None
+        return GgufWeights(path)
+    except Exception as exc:  # readers raise many kinds for a bad file; all mean "cannot load"
+        raise ModelError(f"cannot load {name}: {first_line(exc)}") from exc
+
+
+def pack_gguf(weights: GgufWeights, name: str, precision: str, exact: bool, progress: ProgressFn = no_progress) -> tuple[
+        PreTrainedTokenizerBase, PretrainedConfig, GenerationConfig, FastLlama] | None:
+    """The tokenizer, configurations and lean forward of GGUF file ``weights``, packed straight from
+    the file (``FastLlama.from_gguf``); None where that would not give transformers' numbers (another
+    architecture) or the lean forward does not run the model."""
+    if weights.architecture not in AS_STORED:
+        return None
+    path = weights.path
+    try:
         config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
         if not supports_config(config):
             return None
@@ -362,8 +370,10 @@ def load_model(
                            source_path(ref, cache), cache, head_tokens)
     source = local_source(ref, cache, progress)
     progress(Progress(reference, "load", 0, None, f"reading {ref.kind} {ref.value}"))
-    gguf = Path(source) if Path(source).suffix.lower() == ".gguf" else None
-    from_gguf = pack_gguf(gguf, reference, precision, role == "target", progress) if gguf and device.type == "cpu" else None
+    is_gguf = Path(source).suffix.lower() == ".gguf"
+    # Only the lean forward, on the CPU, reads the file's own tensors.
+    gguf = read_gguf(Path(source), reference) if is_gguf and device.type == "cpu" else None
+    from_gguf = pack_gguf(gguf, reference, precision, role == "target", progress) if gguf is not None else None
     model: PreTrainedModel | None = None
     if from_gguf is not None:
         tokenizer, config, generation, runner = from_gguf

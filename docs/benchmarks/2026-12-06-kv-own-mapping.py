@@ -52,8 +52,7 @@ caches = {(name, i): kind(len(model.layers), model.kv_heads, model.head_dim, 256
 
 def run(ids: list[int], name: str) -> Reply:
     for i, model in enumerate(models):
-        model.cache = caches[name, i]
-        model.cos, model.sin = model._rotary(torch.arange(model.cache.capacity))
+        model.use_cache(caches[name, i])  # type: ignore[arg-type]  # a HeapCache has KVCache's interface
     reply = hybrid_reply(runtime, engines[name], ids, name)
     for i, model in enumerate(models):
         caches[name, i] = model.cache  # grown, perhaps

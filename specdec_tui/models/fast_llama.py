@@ -227,8 +227,7 @@ class FastLlama:
 
         theta = shape.rope_theta
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
-        self.cache = KVCache(len(self.layers), self.kv_heads, self.head_dim, 256)
-        self.cos, self.sin = self._rotary(torch.arange(self.cache.capacity))
+        self.use_cache(KVCache(len(self.layers), self.kv_heads, self.head_dim, 256))
         self.length = 0
         # TorchScript profiles the first call and optimizes on the second (about a second for a 1.5B
         # model); the kernel layers need one pass, which pages the mapped weights in. Pay that while
@@ -358,9 +357,13 @@ class FastLlama:
         return cls(LlamaShape(**meta["shape"]), embedding_from_tensors(tensors, meta["embedding"]),
                    tensors["final_norm"], layers, linear("head"))
 
+    def use_cache(self, cache: KVCache) -> None:
+        """Keep keys and values in ``cache``, with the rotary tables for every position it holds."""
+        self.cache = cache
+        self.cos, self.sin = self._rotary(torch.arange(cache.capacity))
+
     def _grow(self, needed: int) -> None:
-        self.cache = self.cache.grown(max(needed, 2 * self.cache.capacity), self.length)
-        self.cos, self.sin = self._rotary(torch.arange(self.cache.capacity))
+        self.use_cache(self.cache.grown(max(needed, 2 * self.cache.capacity), self.length))
 
     def reset(self) -> None:
         self.length = 0

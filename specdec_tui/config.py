@@ -47,6 +47,7 @@ CONFIG_ENV = "SPECDEC_CONFIG"
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("specdec_config_file", default=None)
 
 PrecisionName = Literal["fp32", "fp16", "bf16", "int8", "int4"]
+KvCacheName = Literal["float16", "float32"]
 
 
 class SettingsError(ValueError):
@@ -67,6 +68,9 @@ class ModelSettings(BaseModel):
     draft_head_tokens: int | None = Field(
         0, ge=0, description="draft output head computes only the ids below N and those of the conversation "
         "(cheaper draft steps, fewer accepted); 0 = all"
+    )
+    kv_cache: KvCacheName = Field(
+        "float16", description="keys and values kept per position: float16 (half the memory) or float32"
     )
     device: str = Field("auto", description="auto, cpu or cuda")
     cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="presets' GGUF files and packed weights")
@@ -392,6 +396,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--precision": ("models", "precision"),
     "--draft-precision": ("models", "draft_precision"),
     "--draft-head-tokens": ("models", "draft_head_tokens"),
+    "--kv-cache": ("models", "kv_cache"),
     "--device": ("models", "device"),
     "--cache-dir": ("models", "cache_dir"),
     "--drafter": ("decoding", "drafter"),

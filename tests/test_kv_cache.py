@@ -19,14 +19,15 @@ def status_kb(field: str, path: str = "/proc/self/status") -> int:
     raise KeyError(field)
 
 
-def test_a_grown_cache_holds_every_layers_first_positions_bit_for_bit():
-    cache = KVCache(layers=3, kv_heads=2, head_dim=8, capacity=16)
-    written = [(torch.randn(2, 16, 8), torch.randn(2, 16, 8)) for _ in range(3)]
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_a_grown_cache_holds_every_layers_first_positions_bit_for_bit(dtype: torch.dtype):
+    cache = KVCache(layers=3, kv_heads=2, head_dim=8, capacity=16, dtype=dtype)
+    written = [(torch.randn(2, 16, 8, dtype=dtype), torch.randn(2, 16, 8, dtype=dtype)) for _ in range(3)]
     for i, (k, v) in enumerate(written):
         cache.keys[i].copy_(k)
         cache.values[i].copy_(v)
     grown = cache.grown(capacity=40, length=11)
-    assert grown.capacity == 40
+    assert grown.capacity == 40 and grown.dtype == dtype
     for i, (k, v) in enumerate(written):
         assert grown.keys[i].shape == grown.values[i].shape == (2, 40, 8)
         assert grown.keys[i].is_contiguous() and grown.values[i].is_contiguous()
@@ -49,7 +50,7 @@ def test_a_reply_across_a_growth_is_bit_identical_to_one_in_a_cache_grown_before
 def test_growing_a_written_cache_never_holds_two_whole_copies():
     # 8 layers of 4 MB: a copy of the whole cache would add 32 MB to the peak, one layer's copy 4 MB.
     layers, layer_mb = 8, 4
-    cache = KVCache(layers=layers, kv_heads=2, head_dim=128, capacity=layer_mb * 2**20 // (2 * 2 * 128 * 4))
+    cache = KVCache(layers=layers, kv_heads=2, head_dim=128, capacity=layer_mb * 2**20 // (2 * 2 * 128 * 2))
     for i in range(layers):
         cache.keys[i].fill_(1.0)
         cache.values[i].fill_(2.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import os
 import subprocess
 import sys
@@ -340,42 +342,43 @@ def test_the_kernel_rms_norm_is_pytorchs_to_rounding_and_the_same_for_any_number
     assert torch.equal(out, torch.cat([norm(x[i : i + 1]) for i in range(rows)]))
 
 
-def attention_inputs(rows: int, heads: int, kv_heads: int, dim: int, length: int, seed: int):
+def attention_inputs(rows: int, heads: int, kv_heads: int, dim: int, length: int, seed: int,
+                     dtype: torch.dtype = torch.float32):
     torch.manual_seed(seed)
     projected = torch.randn(rows, (heads + 2 * kv_heads) * dim) * 3
     angles = torch.rand(rows, 1, dim // 2) * 6
     cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([-angles.sin(), angles.sin()], -1)
-    cache = [torch.randn(kv_heads, length + rows + 3, dim) * 3 for _ in range(2)]
+    cache = [(torch.randn(kv_heads, length + rows + 3, dim) * 3).to(dtype) for _ in range(2)]
     return projected, cos, sin, cache
 
 
 @needs_kernels
 @settings(max_examples=40, deadline=None)
 @given(rows=st.integers(1, 6), kv_heads=st.integers(1, 3), groups=st.integers(1, 3), dim=st.sampled_from(quantized_kernels.ATTENTION_HEAD_SIZES),
-       length=st.integers(0, 150), seed=st.integers(0, 2**16))
+       length=st.integers(0, 150), seed=st.integers(0, 2**16), dtype=st.sampled_from([torch.float32, torch.float16]))
 def test_the_kernel_attention_is_pytorchs_to_rounding_and_fills_the_same_cache(
-    rows: int, kv_heads: int, groups: int, dim: int, length: int, seed: int
+    rows: int, kv_heads: int, groups: int, dim: int, length: int, seed: int, dtype: torch.dtype
 ):
-    projected, cos, sin, cache = attention_inputs(rows, kv_heads * groups, kv_heads, dim, length, seed)
+    projected, cos, sin, cache = attention_inputs(rows, kv_heads * groups, kv_heads, dim, length, seed, dtype)
     kernel_cache, torch_cache = [c.clone() for c in cache], [c.clone() for c in cache]
     out = KernelAttention(kv_heads * groups, kv_heads, dim)(projected, cos, sin, *kernel_cache, length)
     expected = Attention(kv_heads * groups, kv_heads, dim)(projected, cos, sin, *torch_cache, length)
     assert torch.allclose(out, expected, rtol=1e-4, atol=1e-4)
     for mine, theirs in zip(kernel_cache, torch_cache, strict=True):
-        assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-5)
+        assert mine.dtype == dtype and torch.allclose(mine.float(), theirs.float(), rtol=1e-5, atol=1e-5)
 
 
 @needs_kernels
 @settings(max_examples=30, deadline=None)
 @given(rows=st.integers(2, 6), length=st.integers(0, 150), shape=st.sampled_from([(4, 2, 16), (6, 1, 64)]),
-       seed=st.integers(0, 2**16))
+       seed=st.integers(0, 2**16), dtype=st.sampled_from([torch.float16, torch.float32]))
 def test_an_attention_block_of_rows_is_bit_for_bit_those_rows_one_at_a_time(
-    rows: int, length: int, shape: tuple[int, int, int], seed: int
+    rows: int, length: int, shape: tuple[int, int, int], seed: int, dtype: torch.dtype
 ):
     # Past 64 keys the values are summed in blocks; a single row of a lone key/value head splits
     # its query heads between threads, a block of rows does not.
     heads, kv_heads, dim = shape
-    projected, cos, sin, cache = attention_inputs(rows, heads, kv_heads, dim, length, seed)
+    projected, cos, sin, cache = attention_inputs(rows, heads, kv_heads, dim, length, seed, dtype)
     layer = KernelAttention(heads, kv_heads, dim)
     block_cache, single_cache = [c.clone() for c in cache], [c.clone() for c in cache]
     block = layer(projected, cos, sin, *block_cache, length)
@@ -397,12 +400,42 @@ def test_every_instruction_set_gives_the_avx2_attention_bit_for_bit(instruction_
                 q = torch.randn(rows, 6, dim)
                 keys, values = torch.randn(2, length + rows + 2, dim) * 3, torch.randn(2, length + rows + 2, dim) * 3
                 visible = torch.tensor([length + m - (m % 2) for m in range(rows)])
-                for seen in (None, visible):
+                for seen, dtype in itertools.product((None, visible), (torch.float32, torch.float16)):
+                    cache = keys.to(dtype), values.to(dtype)
                     with quantized_kernels.using_instruction_set("avx2"):
-                        expected = torch.ops.specdec.attend_rows(q, keys, values, length, seen)
+                        expected = torch.ops.specdec.attend_rows(q, *cache, length, seen)
                     with quantized_kernels.using_instruction_set(instruction_set_here):
-                        out = torch.ops.specdec.attend_rows(q, keys, values, length, seen)
-                    assert torch.equal(out, expected), (dim, length, rows, seen is not None)
+                        out = torch.ops.specdec.attend_rows(q, *cache, length, seen)
+                    assert torch.equal(out, expected), (dim, length, rows, seen is not None, dtype)
+
+
+@needs_kernels
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_float16_cache_is_written_rounded_to_nearest_and_read_as_those_float32_values(rows: int):
+    # The float16 cache's numbers are the float32 cache's rounded once on the way in: attending over
+    # it gives, bit for bit, what attending over a float32 cache holding the rounded values gives.
+    heads, kv_heads, dim, length = 6, 2, 64, 70
+    projected, cos, sin, cache = attention_inputs(rows, heads, kv_heads, dim, length, 7)
+    half_cache = [c.half() for c in cache]
+    q = torch.ops.specdec.rotate_into_cache(projected, cos, sin, *half_cache, length, heads, dim ** -0.5)
+    wide_q = torch.ops.specdec.rotate_into_cache(projected, cos, sin, *cache, length, heads, dim ** -0.5)
+    assert torch.equal(q, wide_q)
+    for half, wide in zip(half_cache, cache, strict=True):
+        assert torch.equal(half, wide.half())  # the new rows rounded as torch rounds, the rest untouched
+    visible = torch.tensor([length + m - (m % 2) for m in range(rows)])
+    for seen in (None, visible):
+        out = torch.ops.specdec.attend_rows(q, *half_cache, length, seen)
+        expected = torch.ops.specdec.attend_rows(q, *(c.float() for c in half_cache), length, seen)
+        assert torch.equal(out, expected)
+    # and it is the float32 cache's attention to float16's rounding, not something else
+    assert torch.allclose(out, torch.ops.specdec.attend_rows(q, *cache, length, seen), rtol=1e-2, atol=1e-2)
+
+
+@needs_kernels
+def test_a_float16_cache_with_a_head_size_off_eight_is_refused_in_one_line():
+    keys = values = torch.zeros(1, 8, 12, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        torch.ops.specdec.attend_rows(torch.zeros(1, 1, 12), keys, values, 0)
 
 
 @needs_kernels

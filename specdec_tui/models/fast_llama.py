@@ -362,6 +362,12 @@ class FastLlama:
         self.cache = cache
         self.cos, self.sin = self._rotary(torch.arange(cache.capacity))
 
+    def keep_kv_in(self, dtype: torch.dtype) -> None:
+        """Keep keys and values as ``dtype`` (float16 or float32) from now on, in an empty cache."""
+        if dtype != self.cache.dtype:
+            self.use_cache(KVCache(len(self.layers), self.kv_heads, self.head_dim, self.cache.capacity, dtype))
+            self.reset()
+
     def _grow(self, needed: int) -> None:
         self.use_cache(self.cache.grown(max(needed, 2 * self.cache.capacity), self.length))
 

@@ -54,8 +54,9 @@ class Attention(nn.Module):
         rows = q.shape[0]
         mask = torch.ones(rows, length + rows, dtype=torch.bool).tril(length)
         out = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), keys[:, : length + rows].unsqueeze(0),
-            values[:, : length + rows].unsqueeze(0), attn_mask=mask, scale=1.0, enable_gqa=self.heads > self.kv_heads,
+            q.transpose(0, 1).unsqueeze(0), keys[:, : length + rows].float().unsqueeze(0),
+            values[:, : length + rows].float().unsqueeze(0), attn_mask=mask, scale=1.0,
+            enable_gqa=self.heads > self.kv_heads,
         )
         return out[0].transpose(0, 1).reshape(rows, -1)
 
@@ -69,8 +70,9 @@ class Attention(nn.Module):
             # The query heads sharing a key/value head attend as that head's rows: no repeat, no mask.
             stop = length + row + 1
             packed = q[row].view(self.kv_heads, groups, self.head_dim)
-            scores = torch.bmm(packed, keys[:, :stop].transpose(1, 2))
-            outputs.append(torch.bmm(torch.softmax(scores, dim=-1), values[:, :stop]).view(1, -1))
+            # A float16 cache is widened as it is read (exactly, as the kernels do).
+            scores = torch.bmm(packed, keys[:, :stop].float().transpose(1, 2))
+            outputs.append(torch.bmm(torch.softmax(scores, dim=-1), values[:, :stop].float()).view(1, -1))
         return outputs[0] if rows == 1 else torch.cat(outputs)
 
     def forward(self, projected: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,

@@ -34,6 +34,7 @@ from specdec_tui.models.errors import ModelError
 from specdec_tui.models.fast_llama import FastLlama, supports_config, supports_fast_llama
 from specdec_tui.models.gguf_weights import AS_STORED, GgufWeights
 from specdec_tui.models.hf_runner import HFRunner
+from specdec_tui.models.kv_cache import KV_CACHE_DTYPES
 from specdec_tui.models.precision import PRECISIONS, PackProgress, apply_precision
 from specdec_tui.models.presets import PRESETS
 from specdec_tui.models.progress import Progress, ProgressFn, no_progress
@@ -350,10 +351,14 @@ def load_model(
     role: str = "target",
     head_tokens: int | None = None,
     tokenizers: Tokenizers | None = None,
+    kv_cache: str = "float16",
 ) -> LoadedModel:
-    """Load ``reference`` as a ``role`` ("target" or "draft"): a target gets exact kernels.
+    """Load ``reference`` as a ``role`` ("target" or "draft"): a target gets exact kernels, and the
+    package's forward keeps its keys and values in ``kv_cache`` ("float16" or "float32").
 
     Loads that pass the same ``tokenizers`` share a tokenizer where their files are the same."""
+    if kv_cache not in KV_CACHE_DTYPES:
+        raise ModelError(f"unknown kv_cache {kv_cache!r}; expected one of {', '.join(KV_CACHE_DTYPES)}")
     if precision not in PRECISIONS:
         raise ModelError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     ref = parse_ref(reference)
@@ -367,7 +372,7 @@ def load_model(
             progress(Progress(reference, "rebuild", 0, None, f"{exc}; packing it again"))
         else:
             return _loaded(reference, None, runner, tokenizer, config, generation, precision, device, role,
-                           source_path(ref, cache), cache, head_tokens)
+                           source_path(ref, cache), cache, head_tokens, kv_cache)
     source = local_source(ref, cache, progress)
     progress(Progress(reference, "load", 0, None, f"reading {ref.kind} {ref.value}"))
     is_gguf = Path(source).suffix.lower() == ".gguf"
@@ -402,7 +407,7 @@ def load_model(
     # The lean forward holds packed copies; keeping the fp32 original too would double the memory.
     kept = model if isinstance(runner, HFRunner) else None
     loaded = _loaded(reference, kept, runner, tokenizer, config, generation, precision, device,
-                     role, source, cache, head_tokens)
+                     role, source, cache, head_tokens, kv_cache)
     del model
     release_freed_memory()
     return loaded
@@ -410,10 +415,13 @@ def load_model(
 
 def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer: PreTrainedTokenizerBase,
             config: PretrainedConfig, generation: GenerationConfig, precision: str, device: torch.device,
-            role: str, source: str, cache: ModelCache, head_tokens: int | None = None) -> LoadedModel:
+            role: str, source: str, cache: ModelCache, head_tokens: int | None = None,
+            kv_cache: str = "float16") -> LoadedModel:
     eos_ids = eos_token_ids(generation, tokenizer)
-    if head_tokens and isinstance(runner, FastLlama):
-        runner.limit_head(head_tokens, always=(*tokenizer.all_special_ids, *eos_ids))
+    if isinstance(runner, FastLlama):
+        runner.keep_kv_in(KV_CACHE_DTYPES[kv_cache])
+        if head_tokens:
+            runner.limit_head(head_tokens, always=(*tokenizer.all_special_ids, *eos_ids))
     return LoadedModel(
         name=name,
         model=model,
@@ -455,24 +463,25 @@ def load_pair(
     cache_dir: Path,
     progress: ProgressFn = no_progress,
     draft_head_tokens: int | None = None,
+    kv_cache: str = "float16",
 ) -> ModelPair:
     cache = ModelCache(cache_dir)
     resolved = resolve_device(device)
     tokenizers: Tokenizers = {}
     target_model = load_model(target, precision=precision, device=resolved, cache=cache, progress=progress,
-                              tokenizers=tokenizers)
+                              tokenizers=tokenizers, kv_cache=kv_cache)
     if draft is None:
         return ModelPair(target_model, None)
     return ModelPair(target_model, load_draft(target_model, draft, precision=draft_precision, cache=cache,
                                               progress=progress, head_tokens=draft_head_tokens,
-                                              tokenizers=tokenizers))
+                                              tokenizers=tokenizers, kv_cache=kv_cache))
 
 
 def load_draft(target: LoadedModel, draft: str, *, precision: str, cache: ModelCache,
                progress: ProgressFn = no_progress, head_tokens: int | None = None,
-               tokenizers: Tokenizers | None = None) -> LoadedModel:
+               tokenizers: Tokenizers | None = None, kv_cache: str = "float16") -> LoadedModel:
     """``draft`` loaded to draft for ``target`` (on its device), checked to share its tokenizer."""
     draft_model = load_model(draft, precision=precision, device=target.device, cache=cache, progress=progress,
-                             role="draft", head_tokens=head_tokens, tokenizers=tokenizers)
+                             role="draft", head_tokens=head_tokens, tokenizers=tokenizers, kv_cache=kv_cache)
     check_same_tokenizer(draft_model, target)
     return draft_model

@@ -689,14 +689,44 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 //
 // A row's numbers depend only on its own query and the keys and values before it, computed in a
 // fixed order, so a verify block's rows equal single steps bit for bit (as the linears above).
+//
+// The cache holds float32 or float16 (a Half: its bits). A float16 cache is written rounded to
+// nearest and widened exactly on every read, so a row reads the same numbers whichever pass wrote
+// them and the property holds; it takes half the memory and half the bytes a row's attention reads.
+
+using Half = uint16_t;
+
+// Eight or sixteen of the cache's elements as float32 lanes.
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+__attribute__((target("avx512f"))) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+__attribute__((target("avx512f"))) inline __m512 load16(const Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// A key or value row of dim floats (a multiple of 8) into the cache, rounded to nearest for float16.
+inline void store_row(const float* row, float* out, int64_t dim) { std::memcpy(out, row, dim * sizeof(float)); }
+inline void store_row(const float* row, Half* out, int64_t dim) {
+  for (int64_t i = 0; i < dim; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(row + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 
 // The checks both attention ops make of the cache: matching contiguous [kv_heads, capacity, dim]
-// float tensors with room for the new rows at length .. length + rows - 1.
+// float32 or float16 tensors with room for the new rows at length .. length + rows - 1.
 void check_cache(const char* op, const at::Tensor& keys, const at::Tensor& values, int64_t length, int64_t rows) {
   TORCH_CHECK(keys.dim() == 3 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes() &&
-                  keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat,
-              op, ": keys and values must be matching contiguous [kv_heads, capacity, dim] float32");
+                  keys.scalar_type() == values.scalar_type() &&
+                  (keys.scalar_type() == at::kFloat || keys.scalar_type() == at::kHalf),
+              op, ": keys and values must be matching contiguous [kv_heads, capacity, dim] float32 or float16");
+  TORCH_CHECK(keys.scalar_type() == at::kFloat || keys.size(2) % 8 == 0, op,
+              ": a float16 cache needs a head size that is a multiple of 8, not ", keys.size(2));
   TORCH_CHECK(length >= 0 && length + rows <= keys.size(1), op, ": the cache is too short");
+}
+
+template <typename Element>
+Element* cache_data(const at::Tensor& cache) {
+  return reinterpret_cast<Element*>(cache.data_ptr());
 }
 
 // qkv [M, (H + 2G) * D] projections; cos and sin [M, D], sin signed so that
@@ -716,10 +746,13 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const
               "rotate_into_cache: cos and sin must hold rows * dim float32 values");
   at::Tensor q = at::empty({rows, heads, dim}, projected.options());
   const float* in = projected.data_ptr<float>();
-  float* k_cache = keys.data_ptr<float>();
-  float* v_cache = values.data_ptr<float>();
   float* q_out = q.data_ptr<float>();
   const float factor = static_cast<float>(scale);
+  std::vector<float> key(dim);
+  const auto write = [&](auto* k_cache, auto* v_cache, int64_t slot, const float* value) {
+    store_row(key.data(), k_cache + slot, dim);
+    store_row(value, v_cache + slot, dim);
+  };
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = in + m * width;
     const float* row_cos = c.data_ptr<float>() + m * dim;
@@ -733,8 +766,11 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const
     for (int64_t h = 0; h < heads; ++h) rotate(row + h * dim, q_out + (m * heads + h) * dim, factor);
     for (int64_t g = 0; g < kv_heads; ++g) {
       const int64_t slot = (g * capacity + length + m) * dim;
-      rotate(row + (heads + g) * dim, k_cache + slot, 1.0f);
-      std::memcpy(v_cache + slot, row + (heads + kv_heads + g) * dim, dim * sizeof(float));
+      rotate(row + (heads + g) * dim, key.data(), 1.0f);
+      if (keys.scalar_type() == at::kHalf)
+        write(cache_data<Half>(keys), cache_data<Half>(values), slot, row + (heads + kv_heads + g) * dim);
+      else
+        write(cache_data<float>(keys), cache_data<float>(values), slot, row + (heads + kv_heads + g) * dim);
     }
   }
   return q;
@@ -769,20 +805,20 @@ float lanes_sum(__m256 v) {
 // the odd one after it side by side; dot_lanes_wide), so both give the same bits. C (the head size
 // / 8, even) is a template parameter: with it known, the loops over a head unroll, which halves the
 // attention's time.
-template <int C>
-inline __m256 dot_lanes(const float* q, const float* key) {
+template <int C, typename Element>
+inline __m256 dot_lanes(const float* q, const Element* key) {
   __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
   for (int d = 0; d < 8 * C; d += 16) {
-    even = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(key + d), even);
-    odd = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(key + d + 8), odd);
+    even = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(key + d), even);
+    odd = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load8(key + d + 8), odd);
   }
   return _mm256_add_ps(even, odd);
 }
 
-template <int C>
-__attribute__((target("avx512f"))) inline __m256 dot_lanes_wide(const float* q, const float* key) {
+template <int C, typename Element>
+__attribute__((target("avx512f"))) inline __m256 dot_lanes_wide(const float* q, const Element* key) {
   __m512 sums = _mm512_setzero_ps();
-  for (int d = 0; d < 8 * C; d += 16) sums = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(key + d), sums);
+  for (int d = 0; d < 8 * C; d += 16) sums = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), load16(key + d), sums);
   const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1));
   return _mm256_add_ps(_mm512_castps512_ps256(sums), odd);
 }
@@ -801,29 +837,29 @@ inline __m256 eight_scores(const __m256* d) {
 // sums[0 : 8C] += sum over t in [first, last) of weights[t] * values[t, 0 : 8C], in the order of t:
 // C independent sums, so the loop runs at the FMA units' rate, not their latency. A sum carried
 // through memory between calls takes the same steps as one kept in registers.
-template <int C>
-void add_weighted_values(const float* weights, const float* values, int64_t first, int64_t last, int64_t dim,
+template <int C, typename Element>
+void add_weighted_values(const float* weights, const Element* values, int64_t first, int64_t last, int64_t dim,
                          float* sums) {
   __m256 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm256_loadu_ps(sums + 8 * c);
   for (int64_t t = first; t < last; ++t) {
     const __m256 weight = _mm256_set1_ps(weights[t]);
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(values + t * dim + 8 * c), acc[c]);
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(weight, load8(values + t * dim + 8 * c), acc[c]);
   }
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(sums + 8 * c, acc[c]);
 }
 
 // The same sums on 512-bit registers, Z sixteen-lane sums at a time: each lane still adds its terms
 // one by one in the order of t, so every sum is the same bit for bit, in half the instructions.
-template <int Z>
-__attribute__((target("avx512f"))) void add_weighted_values_wide(const float* weights, const float* values,
+template <int Z, typename Element>
+__attribute__((target("avx512f"))) void add_weighted_values_wide(const float* weights, const Element* values,
                                                                  int64_t first, int64_t last, int64_t dim,
                                                                  float* sums) {
   __m512 acc[Z];
   for (int c = 0; c < Z; ++c) acc[c] = _mm512_loadu_ps(sums + 16 * c);
   for (int64_t t = first; t < last; ++t) {
     const __m512 weight = _mm512_set1_ps(weights[t]);
-    for (int c = 0; c < Z; ++c) acc[c] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(values + t * dim + 16 * c), acc[c]);
+    for (int c = 0; c < Z; ++c) acc[c] = _mm512_fmadd_ps(weight, load16(values + t * dim + 16 * c), acc[c]);
   }
   for (int c = 0; c < Z; ++c) _mm512_storeu_ps(sums + 16 * c, acc[c]);
 }
@@ -874,10 +910,11 @@ struct Query {
 // (add_weighted_values or its wide form): a value block at a time for every query, in the order of
 // the positions, then a branch's own value last, as position stop would (values shifted so that
 // position stop reads its slot; own > stop, so the pointer stays inside the cache).
-using AddWeightedValues = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+template <typename Element>
+using AddWeightedValues = void (*)(const float*, const Element*, int64_t, int64_t, int64_t, float*);
 
-template <int64_t Width, AddWeightedValues Add>
-void weigh_values(const Query* queries, int64_t count, const float* values, const float* scores, int64_t stride,
+template <typename Element, int64_t Width, AddWeightedValues<Element> Add>
+void weigh_values(const Query* queries, int64_t count, const Element* values, const float* scores, int64_t stride,
                   int64_t longest, int64_t dim) {
   for (int64_t d = 0; d < dim; d += Width) {
     for (int64_t first = 0; first < longest; first += kValueBlock)
@@ -896,10 +933,11 @@ void weigh_values(const Query* queries, int64_t count, const float* values, cons
 // position stop, as it would score there: a score does not depend on its path. Dot is dot_lanes or
 // dot_lanes_wide; the loop is inlined into score_keys or score_keys_wide, and only the latter, compiled
 // for AVX-512 and flattened, may (and must, to be fast) inline the 512-bit dot product.
-using DotLanes = __m256 (*)(const float*, const float*);
+template <typename Element>
+using DotLanes = __m256 (*)(const float*, const Element*);
 
-template <int C, DotLanes Dot>
-__attribute__((always_inline)) inline void score_keys_by(const Query* queries, int64_t count, const float* keys,
+template <int C, typename Element, DotLanes<Element> Dot>
+__attribute__((always_inline)) inline void score_keys_by(const Query* queries, int64_t count, const Element* keys,
                                                          float* scores, int64_t stride, int64_t longest) {
   constexpr int64_t dim = 8 * C;
   for (int64_t t = 0; t < longest; t += 8)
@@ -918,15 +956,17 @@ __attribute__((always_inline)) inline void score_keys_by(const Query* queries, i
       scores[i * stride + queries[i].stop] = lanes_sum(Dot(queries[i].q, keys + queries[i].own * dim));
 }
 
-template <int C>
-void score_keys(const Query* queries, int64_t count, const float* keys, float* scores, int64_t stride, int64_t longest) {
-  score_keys_by<C, dot_lanes<C>>(queries, count, keys, scores, stride, longest);
+template <int C, typename Element>
+void score_keys(const Query* queries, int64_t count, const Element* keys, float* scores, int64_t stride,
+                int64_t longest) {
+  score_keys_by<C, Element, dot_lanes<C, Element>>(queries, count, keys, scores, stride, longest);
 }
 
-template <int C>
-__attribute__((target("avx512f"), flatten)) void score_keys_wide(const Query* queries, int64_t count, const float* keys,
-                                                        float* scores, int64_t stride, int64_t longest) {
-  score_keys_by<C, dot_lanes_wide<C>>(queries, count, keys, scores, stride, longest);
+template <int C, typename Element>
+__attribute__((target("avx512f"), flatten)) void score_keys_wide(const Query* queries, int64_t count,
+                                                                 const Element* keys, float* scores, int64_t stride,
+                                                                 int64_t longest) {
+  score_keys_by<C, Element, dot_lanes_wide<C, Element>>(queries, count, keys, scores, stride, longest);
 }
 
 // softmax(q k^T) v for `count` queries that share one key and value head [*, 8C]: the heads of a
@@ -934,8 +974,8 @@ __attribute__((target("avx512f"), flatten)) void score_keys_wide(const Query* qu
 // used by every query while it is in cache, instead of once per query; each query's numbers take
 // the same steps in the same order as it would alone. scores holds count * (longest stop, padded
 // to 8) floats, inverse count.
-template <int C>
-void attend_group(const Query* queries, int64_t count, const float* keys, const float* values, float* scores,
+template <int C, typename Element>
+void attend_group(const Query* queries, int64_t count, const Element* keys, const Element* values, float* scores,
                   float* inverse) {
   constexpr int64_t dim = 8 * C;
   constexpr int kSums = std::min(C, 8);  // sums at a time: sixteen would not leave a register for the weight
@@ -944,17 +984,19 @@ void attend_group(const Query* queries, int64_t count, const float* keys, const 
   const int64_t stride = (longest + 7) / 8 * 8;
   const bool wide = wide_attention();
   if (wide)
-    score_keys_wide<C>(queries, count, keys, scores, stride, longest);
+    score_keys_wide<C, Element>(queries, count, keys, scores, stride, longest);
   else
-    score_keys<C>(queries, count, keys, scores, stride, longest);
+    score_keys<C, Element>(queries, count, keys, scores, stride, longest);
   for (int64_t i = 0; i < count; ++i) {
     inverse[i] = softmax_unscaled(scores + i * stride, queries[i].span());
     std::fill(queries[i].out, queries[i].out + dim, 0.0f);
   }
   if (wide)
-    weigh_values<dim, add_weighted_values_wide<C / 2>>(queries, count, values, scores, stride, longest, dim);
+    weigh_values<Element, dim, add_weighted_values_wide<C / 2, Element>>(queries, count, values, scores, stride,
+                                                                         longest, dim);
   else
-    weigh_values<8 * kSums, add_weighted_values<kSums>>(queries, count, values, scores, stride, longest, dim);
+    weigh_values<Element, 8 * kSums, add_weighted_values<kSums, Element>>(queries, count, values, scores, stride,
+                                                                          longest, dim);
   for (int64_t i = 0; i < count; ++i)
     for (int64_t d = 0; d < dim; d += 8)
       _mm256_storeu_ps(queries[i].out + d, _mm256_mul_ps(_mm256_loadu_ps(queries[i].out + d), _mm256_set1_ps(inverse[i])));
@@ -964,8 +1006,8 @@ constexpr int64_t kMostQueries = 32;  // queries per work item: bounds an item's
 
 // Work items are (key/value head, part of its queries), the queries being every row's heads of the
 // group: as few parts as still give every thread an item and keep each within kMostQueries.
-template <int C>
-void attend_heads(const float* query, const float* k, const float* v, int64_t length, int64_t rows, int64_t heads,
+template <int C, typename Element>
+void attend_heads(const float* query, const Element* k, const Element* v, int64_t length, int64_t rows, int64_t heads,
                   int64_t kv_heads, int64_t capacity, const int64_t* visible, float* o) {
   constexpr int64_t dim = 8 * C;
   const int64_t groups = heads / kv_heads, queries = rows * groups;
@@ -986,7 +1028,7 @@ void attend_heads(const float* query, const float* k, const float* v, int64_t le
                                       : Query{query + (m * heads + h) * dim, seen, o + (m * heads + h) * dim, length + m};
       }
       if (count > 0)
-        attend_group<C>(items.data(), count, k + g * capacity * dim, v + g * capacity * dim, scores.data(),
+        attend_group<C, Element>(items.data(), count, k + g * capacity * dim, v + g * capacity * dim, scores.data(),
                         inverse.data());
     }
   });
@@ -1018,15 +1060,19 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
   }
   at::Tensor out = at::empty({rows, heads * dim}, q.options());
   const float* query = q.data_ptr<float>();
-  const float* k = keys.data_ptr<float>();
-  const float* v = values.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  switch (dim) {
-    case 16: attend_heads<2>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
-    case 32: attend_heads<4>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
-    case 64: attend_heads<8>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
-    default: attend_heads<16>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
-  }
+  const auto attend = [&](const auto* k, const auto* v) {
+    switch (dim) {
+      case 16: attend_heads<2>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
+      case 32: attend_heads<4>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
+      case 64: attend_heads<8>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
+      default: attend_heads<16>(query, k, v, length, rows, heads, kv_heads, capacity, seen, o); break;
+    }
+  };
+  if (keys.scalar_type() == at::kHalf)
+    attend(cache_data<const Half>(keys), cache_data<const Half>(values));
+  else
+    attend(cache_data<const float>(keys), cache_data<const float>(values));
   return out;
 }
 

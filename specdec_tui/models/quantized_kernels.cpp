@@ -696,13 +696,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 using Half = uint16_t;
 
-// Eight or sixteen of the cache's elements as float32 lanes.
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+// Eight float16 elements as float32 lanes.
 inline __m256 load8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-__attribute__((target("avx512f"))) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-__attribute__((target("avx512f"))) inline __m512 load16(const Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
 // A key or value row of dim floats (a multiple of 8) into the cache, rounded to nearest for float16.
 inline void store_row(const float* row, float* out, int64_t dim) { std::memcpy(out, row, dim * sizeof(float)); }
@@ -805,20 +800,20 @@ float lanes_sum(__m256 v) {
 // the odd one after it side by side; dot_lanes_wide), so both give the same bits. C (the head size
 // / 8, even) is a template parameter: with it known, the loops over a head unroll, which halves the
 // attention's time.
-template <int C, typename Element>
-inline __m256 dot_lanes(const float* q, const Element* key) {
+template <int C>
+inline __m256 dot_lanes(const float* q, const float* key) {
   __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
   for (int d = 0; d < 8 * C; d += 16) {
-    even = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(key + d), even);
-    odd = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), load8(key + d + 8), odd);
+    even = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(key + d), even);
+    odd = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(key + d + 8), odd);
   }
   return _mm256_add_ps(even, odd);
 }
 
-template <int C, typename Element>
-__attribute__((target("avx512f"))) inline __m256 dot_lanes_wide(const float* q, const Element* key) {
+template <int C>
+__attribute__((target("avx512f"))) inline __m256 dot_lanes_wide(const float* q, const float* key) {
   __m512 sums = _mm512_setzero_ps();
-  for (int d = 0; d < 8 * C; d += 16) sums = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), load16(key + d), sums);
+  for (int d = 0; d < 8 * C; d += 16) sums = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(key + d), sums);
   const __m256 odd = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1));
   return _mm256_add_ps(_mm512_castps512_ps256(sums), odd);
 }
@@ -837,29 +832,29 @@ inline __m256 eight_scores(const __m256* d) {
 // sums[0 : 8C] += sum over t in [first, last) of weights[t] * values[t, 0 : 8C], in the order of t:
 // C independent sums, so the loop runs at the FMA units' rate, not their latency. A sum carried
 // through memory between calls takes the same steps as one kept in registers.
-template <int C, typename Element>
-void add_weighted_values(const float* weights, const Element* values, int64_t first, int64_t last, int64_t dim,
+template <int C>
+void add_weighted_values(const float* weights, const float* values, int64_t first, int64_t last, int64_t dim,
                          float* sums) {
   __m256 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm256_loadu_ps(sums + 8 * c);
   for (int64_t t = first; t < last; ++t) {
     const __m256 weight = _mm256_set1_ps(weights[t]);
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(weight, load8(values + t * dim + 8 * c), acc[c]);
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(values + t * dim + 8 * c), acc[c]);
   }
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(sums + 8 * c, acc[c]);
 }
 
 // The same sums on 512-bit registers, Z sixteen-lane sums at a time: each lane still adds its terms
 // one by one in the order of t, so every sum is the same bit for bit, in half the instructions.
-template <int Z, typename Element>
-__attribute__((target("avx512f"))) void add_weighted_values_wide(const float* weights, const Element* values,
+template <int Z>
+__attribute__((target("avx512f"))) void add_weighted_values_wide(const float* weights, const float* values,
                                                                  int64_t first, int64_t last, int64_t dim,
                                                                  float* sums) {
   __m512 acc[Z];
   for (int c = 0; c < Z; ++c) acc[c] = _mm512_loadu_ps(sums + 16 * c);
   for (int64_t t = first; t < last; ++t) {
     const __m512 weight = _mm512_set1_ps(weights[t]);
-    for (int c = 0; c < Z; ++c) acc[c] = _mm512_fmadd_ps(weight, load16(values + t * dim + 16 * c), acc[c]);
+    for (int c = 0; c < Z; ++c) acc[c] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(values + t * dim + 16 * c), acc[c]);
   }
   for (int c = 0; c < Z; ++c) _mm512_storeu_ps(sums + 16 * c, acc[c]);
 }
@@ -910,22 +905,45 @@ struct Query {
 // (add_weighted_values or its wide form): a value block at a time for every query, in the order of
 // the positions, then a branch's own value last, as position stop would (values shifted so that
 // position stop reads its slot; own > stop, so the pointer stays inside the cache).
-template <typename Element>
-using AddWeightedValues = void (*)(const float*, const Element*, int64_t, int64_t, int64_t, float*);
+using AddWeightedValues = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
 
-template <typename Element, int64_t Width, AddWeightedValues<Element> Add>
+// Positions first .. last - 1 of a [positions, dim] cache, Width columns from column d, as float32
+// rows row_stride apart: a float32 cache's own, a float16 cache's widened into scratch (Width floats a
+// row), once for all the queries that read them rather than once a query.
+template <int64_t Width>
+inline const float* float_rows(const float* cache, int64_t first, int64_t last, int64_t d, int64_t dim, float* scratch,
+                               int64_t& row_stride) {
+  row_stride = dim;
+  return cache + first * dim + d;
+}
+
+template <int64_t Width>
+inline const float* float_rows(const Half* cache, int64_t first, int64_t last, int64_t d, int64_t dim, float* scratch,
+                               int64_t& row_stride) {
+  row_stride = Width;
+  for (int64_t t = first; t < last; ++t)
+    for (int64_t c = 0; c < Width; c += 8) _mm256_storeu_ps(scratch + (t - first) * Width + c, load8(cache + t * dim + d + c));
+  return scratch;
+}
+
+template <typename Element, int64_t Width, AddWeightedValues Add>
 void weigh_values(const Query* queries, int64_t count, const Element* values, const float* scores, int64_t stride,
                   int64_t longest, int64_t dim) {
+  alignas(64) float scratch[kValueBlock * Width];
+  int64_t row = 0;
   for (int64_t d = 0; d < dim; d += Width) {
-    for (int64_t first = 0; first < longest; first += kValueBlock)
+    for (int64_t first = 0; first < longest; first += kValueBlock) {
+      const int64_t last = std::min(longest, first + kValueBlock);
+      const float* block = float_rows<Width>(values, first, last, d, dim, scratch, row);
       for (int64_t i = 0; i < count; ++i)
         if (first < queries[i].stop)
-          Add(scores + i * stride, values + d, first, std::min(queries[i].stop, first + kValueBlock), dim,
-              queries[i].out + d);
+          Add(scores + i * stride + first, block, 0, std::min(queries[i].stop, last) - first, row, queries[i].out + d);
+    }
     for (int64_t i = 0; i < count; ++i)
-      if (queries[i].own >= 0)
-        Add(scores + i * stride, values + d + (queries[i].own - queries[i].stop) * dim, queries[i].stop,
-            queries[i].stop + 1, dim, queries[i].out + d);
+      if (queries[i].own >= 0) {
+        const float* own = float_rows<Width>(values, queries[i].own, queries[i].own + 1, d, dim, scratch, row);
+        Add(scores + i * stride + queries[i].stop, own, 0, 1, row, queries[i].out + d);
+      }
   }
 }
 
@@ -933,40 +951,45 @@ void weigh_values(const Query* queries, int64_t count, const Element* values, co
 // position stop, as it would score there: a score does not depend on its path. Dot is dot_lanes or
 // dot_lanes_wide; the loop is inlined into score_keys or score_keys_wide, and only the latter, compiled
 // for AVX-512 and flattened, may (and must, to be fast) inline the 512-bit dot product.
-template <typename Element>
-using DotLanes = __m256 (*)(const float*, const Element*);
+using DotLanes = __m256 (*)(const float*, const float*);
 
-template <int C, typename Element, DotLanes<Element> Dot>
+template <int C, typename Element, DotLanes Dot>
 __attribute__((always_inline)) inline void score_keys_by(const Query* queries, int64_t count, const Element* keys,
                                                          float* scores, int64_t stride, int64_t longest) {
   constexpr int64_t dim = 8 * C;
-  for (int64_t t = 0; t < longest; t += 8)
+  alignas(64) float scratch[8 * dim];
+  int64_t row = 0;
+  for (int64_t t = 0; t < longest; t += 8) {
+    const float* block = float_rows<dim>(keys, t, std::min(t + 8, longest), 0, dim, scratch, row);
     for (int64_t i = 0; i < count; ++i) {
       float* own = scores + i * stride;
       if (t + 8 <= queries[i].stop) {
         __m256 d[8];
-        for (int j = 0; j < 8; ++j) d[j] = Dot(queries[i].q, keys + (t + j) * dim);
+        for (int j = 0; j < 8; ++j) d[j] = Dot(queries[i].q, block + j * row);
         _mm256_storeu_ps(own + t, eight_scores(d));
       } else {
-        for (int64_t u = t; u < queries[i].stop; ++u) own[u] = lanes_sum(Dot(queries[i].q, keys + u * dim));
+        for (int64_t u = t; u < queries[i].stop; ++u) own[u] = lanes_sum(Dot(queries[i].q, block + (u - t) * row));
       }
     }
+  }
   for (int64_t i = 0; i < count; ++i)
-    if (queries[i].own >= 0)
-      scores[i * stride + queries[i].stop] = lanes_sum(Dot(queries[i].q, keys + queries[i].own * dim));
+    if (queries[i].own >= 0) {
+      const float* key = float_rows<dim>(keys, queries[i].own, queries[i].own + 1, 0, dim, scratch, row);
+      scores[i * stride + queries[i].stop] = lanes_sum(Dot(queries[i].q, key));
+    }
 }
 
 template <int C, typename Element>
 void score_keys(const Query* queries, int64_t count, const Element* keys, float* scores, int64_t stride,
                 int64_t longest) {
-  score_keys_by<C, Element, dot_lanes<C, Element>>(queries, count, keys, scores, stride, longest);
+  score_keys_by<C, Element, dot_lanes<C>>(queries, count, keys, scores, stride, longest);
 }
 
 template <int C, typename Element>
 __attribute__((target("avx512f"), flatten)) void score_keys_wide(const Query* queries, int64_t count,
                                                                  const Element* keys, float* scores, int64_t stride,
                                                                  int64_t longest) {
-  score_keys_by<C, Element, dot_lanes_wide<C, Element>>(queries, count, keys, scores, stride, longest);
+  score_keys_by<C, Element, dot_lanes_wide<C>>(queries, count, keys, scores, stride, longest);
 }
 
 // softmax(q k^T) v for `count` queries that share one key and value head [*, 8C]: the heads of a
@@ -992,11 +1015,9 @@ void attend_group(const Query* queries, int64_t count, const Element* keys, cons
     std::fill(queries[i].out, queries[i].out + dim, 0.0f);
   }
   if (wide)
-    weigh_values<Element, dim, add_weighted_values_wide<C / 2, Element>>(queries, count, values, scores, stride,
-                                                                         longest, dim);
+    weigh_values<Element, dim, add_weighted_values_wide<C / 2>>(queries, count, values, scores, stride, longest, dim);
   else
-    weigh_values<Element, 8 * kSums, add_weighted_values<kSums, Element>>(queries, count, values, scores, stride,
-                                                                          longest, dim);
+    weigh_values<Element, 8 * kSums, add_weighted_values<kSums>>(queries, count, values, scores, stride, longest, dim);
   for (int64_t i = 0; i < count; ++i)
     for (int64_t d = 0; d < dim; d += 8)
       _mm256_storeu_ps(queries[i].out + d, _mm256_mul_ps(_mm256_loadu_ps(queries[i].out + d), _mm256_set1_ps(inverse[i])));

@@ -14,7 +14,8 @@ its own precision's target-only reply; the ratios the goals use are `hybrid` ove
 and the two precisions' replies are compared for how many came out the same text.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-07-kv-float16.py passes   (or suite)
-Output of 2026-12-07 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-07-kv-float16-passes.txt, -suite.txt.
+Output of 2026-12-07 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-07-kv-float16-passes.txt, -suite.txt and
+-suite-2.txt (the second run also prints each `hybrid` reply's acceptance, float16 / float32).
 """
 
 from __future__ import annotations
@@ -96,12 +97,16 @@ def suite() -> None:
             assert results[hybrid][0] == results[own_target][0], (item.id, hybrid)  # identical to its target-only
         same_text += results["target"][0] == results["target32"][0]
         speed = {name: summary.tokens_per_s for name, (_, summary, _) in results.items()}
+        accepted = {name: summary.acceptance_rate or 0.0 for name, (_, summary, _) in results.items()}
         by = ratios[item.category]
         by["hybrid / target"].append(speed["hybrid"] / speed["target"])
         by["hybrid32 / target32"].append(speed["hybrid32"] / speed["target32"])
         by["target / target32"].append(speed["target"] / speed["target32"])
         by["hybrid / hybrid32"].append(speed["hybrid"] / speed["hybrid32"])
+        by["hybrid acceptance"].append(accepted["hybrid"])
+        by["hybrid32 acceptance"].append(accepted["hybrid32"])
         print(" | ".join([item.id, *(f"{name} {speed[name]:.1f} tok/s" for name in names),
+                          f"acceptance {accepted['hybrid']:.2f} / {accepted['hybrid32']:.2f}",
                           f"same text as float32: {results['target'][0] == results['target32'][0]}"]), flush=True)
     for category, by in ratios.items():
         print(category, {key: f"median {statistics.median(v):.3f} (min {min(v):.3f}, max {max(v):.3f})"

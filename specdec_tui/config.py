@@ -70,7 +70,7 @@ class ModelSettings(BaseModel):
         "(cheaper draft steps, fewer accepted); 0 = all"
     )
     kv_cache: KvCacheName = Field(
-        "float16", description="keys and values kept per position: float16 (half the memory) or float32"
+        "float32", description="keys and values kept per position: float32, or float16 (half the memory, other numbers)"
     )
     device: str = Field("auto", description="auto, cpu or cuda")
     cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="presets' GGUF files and packed weights")

@@ -133,7 +133,7 @@ def test_fp32_verify_pass_logits_match_single_steps_to_rounding(arch: str, fast:
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_the_lean_forward_computes_what_transformers_computes(arch: str):
-    # To float32's rounding with float32 caches; the default float16 caches round each key and value
+    # To float32's rounding with float32 caches (the default); float16 caches round each key and value
     # once more, which moves this tiny random model's logits by up to about 0.01.
     context = [*PROMPT, 11, 12, 13]
     long_context = list(range(3, 200))  # past the row-at-a-time limit: the prefill path
@@ -141,7 +141,7 @@ def test_the_lean_forward_computes_what_transformers_computes(arch: str):
     for dtype, tolerance in ((torch.float32, 1e-4), (torch.float16, 3e-2)):
         fast = cached(arch, "fp32", True)
         lean = fast.runner
-        assert isinstance(lean, FastLlama) and lean.cache.dtype == torch.float16  # the default
+        assert isinstance(lean, FastLlama) and lean.cache.dtype == torch.float32  # the default
         lean.use_cache(KVCache(len(lean.layers), lean.kv_heads, lean.head_dim, 256, dtype))
         assert torch.allclose(fast.logits_for(context, 4), hf.logits_for(context, 4), atol=tolerance)
         assert torch.allclose(fast.logits_for(long_context, 2), hf.logits_for(long_context, 2), atol=tolerance)

@@ -50,7 +50,7 @@ def test_a_reply_across_a_growth_is_bit_identical_to_one_in_a_cache_grown_before
 def test_growing_a_written_cache_never_holds_two_whole_copies():
     # 8 layers of 4 MB: a copy of the whole cache would add 32 MB to the peak, one layer's copy 4 MB.
     layers, layer_mb = 8, 4
-    cache = KVCache(layers=layers, kv_heads=2, head_dim=128, capacity=layer_mb * 2**20 // (2 * 2 * 128 * 2))
+    cache = KVCache(layers=layers, kv_heads=2, head_dim=128, capacity=layer_mb * 2**20 // (2 * 2 * 128 * 4))
     for i in range(layers):
         cache.keys[i].fill_(1.0)
         cache.values[i].fill_(2.0)

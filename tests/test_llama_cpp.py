@@ -31,7 +31,7 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> list[BenchRow]:
     save_tiny_gguf(folder / "target.gguf")
     save_tiny_gguf(folder / "draft.gguf", seed=1)  # another model: most of its proposals are rejected
     pair = load_pair(str(folder / "target.gguf"), str(folder / "draft.gguf"), precision="fp32",
-                     draft_precision="fp32", device="cpu", cache_dir=folder / "cache", kv_cache="float32")
+                     draft_precision="fp32", device="cpu", cache_dir=folder / "cache")
     runtime = Runtime.from_pair(serving_settings(), pair)
     runtime.engine.decoder.eos_ids = frozenset()
     pair.target.eos_ids = frozenset()  # every reply runs to NEW_TOKENS, in both engines
@@ -45,9 +45,7 @@ def by_mode(rows: list[BenchRow], mode: str) -> dict[str, BenchRow]:
 
 
 def test_llama_cpp_decodes_the_same_prompt_ids_greedily_to_the_same_tokens_as_our_fp32_target(rows: list[BenchRow]):
-    # The tiny GGUF holds fp32 weights and our caches are float32 here, so llama.cpp and our engine
-    # compute the same model (llama.cpp's float16 caches round its queries too, so ours in float16
-    # part from it on a near tie of this random model).
+    # The tiny GGUF holds fp32 weights, so llama.cpp and our engine compute the same model here.
     llama = by_mode(rows, "llama.cpp-target")
     assert set(llama) == {"add", "fox"}
     assert all(row.new_tokens == NEW_TOKENS and row.identical_to_target for row in llama.values()), llama

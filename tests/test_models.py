@@ -438,9 +438,8 @@ def test_a_gguf_file_loads_with_its_weights_and_is_packed_once_into_the_cache(tm
     original = save_tiny_gguf(tmp_path / "tiny.gguf")
     cache = ModelCache(tmp_path / "cache")
     stages: list[str] = []
-    # float32 caches: transformers' numbers to float32's rounding (float16 caches round once more)
     loaded = load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache,
-                        progress=lambda event: stages.append(event.stage), kv_cache="float32")
+                        progress=lambda event: stages.append(event.stage))
     assert "convert" in stages
     key = f"{parse_ref(str(tmp_path / 'tiny.gguf')).cache_key}.target-fp32"
     assert cache.entries() == [key] and cache.check(key, full=True) is None
@@ -454,7 +453,7 @@ def test_a_gguf_file_loads_with_its_weights_and_is_packed_once_into_the_cache(tm
 
     stages.clear()
     again = load_model(str(tmp_path / "tiny.gguf"), precision="fp32", device=CPU, cache=cache,
-                       progress=lambda event: stages.append(event.stage), kv_cache="float32")
+                       progress=lambda event: stages.append(event.stage))
     assert "convert" not in stages  # the second load reads the packed entry
     # fp32 products may round differently for weights at another address; the packed ones are exact
     assert torch.allclose(block_logits(again), block_logits(loaded), atol=1e-5)
@@ -661,10 +660,11 @@ def test_a_pair_sharing_a_tokenizer_loads(tmp_path: Path):
 
 def test_the_kv_cache_setting_gives_both_models_their_caches_and_a_second_start_keeps_it(tmp_path: Path):
     target, draft = str(save_tiny(tmp_path / "t", "qwen2")), str(save_tiny(tmp_path / "d", "qwen2", seed=3))
-    for kv_cache, dtype in (("float16", torch.float16), ("float32", torch.float32), ("float16", torch.float16)):
-        # the second and third loads map the packed entries the first one stored
+    for kv_cache, dtype in ((None, torch.float32), ("float16", torch.float16), ("float32", torch.float32)):
+        # the second and third loads map the packed entries the first one stored; None: the default
+        chosen = {} if kv_cache is None else {"kv_cache": kv_cache}
         pair = load_pair(target, draft, precision="int8", draft_precision="int4", device="cpu",
-                         cache_dir=tmp_path / "c", kv_cache=kv_cache)
+                         cache_dir=tmp_path / "c", **chosen)
         assert pair.draft is not None
         for model in (pair.target, pair.draft):
             assert model.runner.cache.dtype == dtype

@@ -6,16 +6,18 @@ side is ``2026-12-06-long-reply-memory.py``.
 token after the same, each with its caches in float16 and in float32 in turn (both caches filled
 with the same context, swapped between passes), the median of 20 rounds.
 
-``suite``: all 28 prompts interleaved per prompt, the order rotating, greedy, 128 new tokens:
+``suite [PROMPTS]``: every prompt of the suite (or of PROMPTS) interleaved per prompt, the order rotating, greedy, 128 new tokens:
 target-only and `hybrid` with float16 caches ("target", "hybrid") and with float32 caches
 ("target32", "hybrid32"), each on an engine of its own, both models' caches kept from reply to
 reply. The two precisions give each their own numbers, so each `hybrid` reply is asserted equal to
 its own precision's target-only reply; the ratios the goals use are `hybrid` over its target-only,
 and the two precisions' replies are compared for how many came out the same text.
 
-Run: .venv/bin/python docs/benchmarks/2026-12-07-kv-float16.py passes   (or suite)
+Run: .venv/bin/python docs/benchmarks/2026-12-07-kv-float16.py passes   (or suite [PROMPTS.jsonl], the bundled
+suite unless a prompts file is given)
 Output of 2026-12-07 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-07-kv-float16-passes.txt, -suite.txt and
--suite-2.txt (the second run also prints each `hybrid` reply's acceptance, float16 / float32).
+-suite-2.txt, -suite-3.txt (the later runs also print each `hybrid` reply's acceptance, float16 / float32),
+-held-out.txt (``suite 2026-12-05-held-out-prompts.jsonl``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from paired_levers import Reply, engine_with, hybrid_reply, lean_forward
@@ -89,7 +92,7 @@ def suite() -> None:
         run(warm, name)
     ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     same_text = 0
-    for i, item in enumerate(load_suite(default_suite_path())):
+    for i, item in enumerate(load_suite(Path(sys.argv[2]) if len(sys.argv) > 2 else default_suite_path())):
         ids = runtime.prompt_ids(item.messages)
         order = list(names)[i % 4 :] + list(names)[: i % 4]
         results = {name: run(ids, name) for name in order}
@@ -111,7 +114,7 @@ def suite() -> None:
     for category, by in ratios.items():
         print(category, {key: f"median {statistics.median(v):.3f} (min {min(v):.3f}, max {max(v):.3f})"
                          for key, v in by.items()})
-    print(f"target-only replies the same text in both precisions: {same_text} of 28")
+    print(f"target-only replies the same text in both precisions: {same_text} of {i + 1}")
 
 
 {"passes": passes, "suite": suite}[sys.argv[1]]()

@@ -6,9 +6,9 @@ holds only the pages written, and a grown cache releases the old one's pages lay
 copies them, so growing adds one layer's copy at a time, not a second copy of the whole cache. A
 1,042-token reply of the default pair took the process to 3.02 GB from the heap, 2.96 GB so.
 
-The elements are float16 unless asked otherwise, as llama.cpp keeps its caches: half the memory a
-position takes, and half the bytes each step's attention reads. The kernels write them rounded to
-nearest and widen them exactly on every read, so a verify block still equals its single steps.
+The elements are float32 unless asked for float16 (as llama.cpp keeps its caches): half the memory a
+position takes, and half the bytes each step's attention reads. The kernels write float16 rounded to
+nearest and widen it exactly on every read, so a verify block still equals its single steps.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class KVCache:
     ``capacity`` positions."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int,
-                 dtype: torch.dtype = torch.float16) -> None:
+                 dtype: torch.dtype = torch.float32) -> None:
         self.capacity, self.dtype = capacity, dtype
         self.layer_bytes = 2 * kv_heads * capacity * head_dim * dtype.itemsize
         # Private: a shared anonymous mapping's released pages stay in memory until it is unmapped.

@@ -351,7 +351,7 @@ def load_model(
     role: str = "target",
     head_tokens: int | None = None,
     tokenizers: Tokenizers | None = None,
-    kv_cache: str = "float16",
+    kv_cache: str = "float32",
 ) -> LoadedModel:
     """Load ``reference`` as a ``role`` ("target" or "draft"): a target gets exact kernels, and the
     package's forward keeps its keys and values in ``kv_cache`` ("float16" or "float32").
@@ -416,7 +416,7 @@ def load_model(
 def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer: PreTrainedTokenizerBase,
             config: PretrainedConfig, generation: GenerationConfig, precision: str, device: torch.device,
             role: str, source: str, cache: ModelCache, head_tokens: int | None = None,
-            kv_cache: str = "float16") -> LoadedModel:
+            kv_cache: str = "float32") -> LoadedModel:
     eos_ids = eos_token_ids(generation, tokenizer)
     if isinstance(runner, FastLlama):
         runner.keep_kv_in(KV_CACHE_DTYPES[kv_cache])
@@ -463,7 +463,7 @@ def load_pair(
     cache_dir: Path,
     progress: ProgressFn = no_progress,
     draft_head_tokens: int | None = None,
-    kv_cache: str = "float16",
+    kv_cache: str = "float32",
 ) -> ModelPair:
     cache = ModelCache(cache_dir)
     resolved = resolve_device(device)
@@ -479,7 +479,7 @@ def load_pair(
 
 def load_draft(target: LoadedModel, draft: str, *, precision: str, cache: ModelCache,
                progress: ProgressFn = no_progress, head_tokens: int | None = None,
-               tokenizers: Tokenizers | None = None, kv_cache: str = "float16") -> LoadedModel:
+               tokenizers: Tokenizers | None = None, kv_cache: str = "float32") -> LoadedModel:
     """``draft`` loaded to draft for ``target`` (on its device), checked to share its tokenizer."""
     draft_model = load_model(draft, precision=precision, device=target.device, cache=cache, progress=progress,
                              role="draft", head_tokens=head_tokens, tokenizers=tokenizers, kv_cache=kv_cache)

@@ -20,6 +20,7 @@ import torch
 #: The ``kv_cache`` setting's names for the element types a cache can hold.
 KV_CACHE_DTYPES = {"float16": torch.float16, "float32": torch.float32}
 
+
 class KVCache:
     """Keys and values of ``layers`` layers, each ``(kv_heads, capacity, head_dim)`` of ``dtype``, for
     ``capacity`` positions."""

@@ -903,8 +903,7 @@ struct Query {
 
 // out += the softmax weights times the values for each query, Width floats of each at a time by Add
 // (add_weighted_values or its wide form): a value block at a time for every query, in the order of
-// the positions, then a branch's own value last, as position stop would (values shifted so that
-// position stop reads its slot; own > stop, so the pointer stays inside the cache).
+// the positions, then a branch's own value last, weighted by its score at position stop.
 using AddWeightedValues = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
 
 // Positions first .. last - 1 of a [positions, dim] cache, Width columns from column d, as float32

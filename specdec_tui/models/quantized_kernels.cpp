@@ -743,11 +743,8 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const
   const float* in = projected.data_ptr<float>();
   float* q_out = q.data_ptr<float>();
   const float factor = static_cast<float>(scale);
-  std::vector<float> key(dim);
-  const auto write = [&](auto* k_cache, auto* v_cache, int64_t slot, const float* value) {
-    store_row(key.data(), k_cache + slot, dim);
-    store_row(value, v_cache + slot, dim);
-  };
+  const bool float16 = keys.scalar_type() == at::kHalf;
+  std::vector<float> key(float16 ? dim : 0);  // a rotated key before it is rounded into a float16 cache
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = in + m * width;
     const float* row_cos = c.data_ptr<float>() + m * dim;
@@ -761,11 +758,15 @@ at::Tensor rotate_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const
     for (int64_t h = 0; h < heads; ++h) rotate(row + h * dim, q_out + (m * heads + h) * dim, factor);
     for (int64_t g = 0; g < kv_heads; ++g) {
       const int64_t slot = (g * capacity + length + m) * dim;
-      rotate(row + (heads + g) * dim, key.data(), 1.0f);
-      if (keys.scalar_type() == at::kHalf)
-        write(cache_data<Half>(keys), cache_data<Half>(values), slot, row + (heads + kv_heads + g) * dim);
-      else
-        write(cache_data<float>(keys), cache_data<float>(values), slot, row + (heads + kv_heads + g) * dim);
+      const float* value = row + (heads + kv_heads + g) * dim;
+      if (float16) {
+        rotate(row + (heads + g) * dim, key.data(), 1.0f);
+        store_row(key.data(), cache_data<Half>(keys) + slot, dim);
+        store_row(value, cache_data<Half>(values) + slot, dim);
+      } else {
+        rotate(row + (heads + g) * dim, cache_data<float>(keys) + slot, 1.0f);
+        store_row(value, cache_data<float>(values) + slot, dim);
+      }
     }
   }
   return q;

@@ -85,7 +85,8 @@ def load_pair_for(settings: Settings, progress: ProgressFn = no_progress) -> Mod
     models = settings.models
     return load_pair(models.target, models.draft, precision=models.precision,
                      draft_precision=models.draft_precision, device=models.device, cache_dir=models.cache_dir,
-                     progress=progress, draft_head_tokens=models.draft_head_tokens, kv_cache=models.kv_cache)
+                     progress=progress, draft_head_tokens=models.draft_head_tokens, kv_cache=models.kv_cache,
+                     lean_target=models.lean_target)
 
 
 @dataclass

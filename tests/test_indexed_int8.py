@@ -15,7 +15,7 @@ from torch import nn
 from specdec_tui.models import quantized_kernels
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.fast_llama import LAYER_LINEARS, FastLlama
-from specdec_tui.models.loader import load_model
+from specdec_tui.models.loader import load_model, load_pair
 from specdec_tui.models.precision import IndexedInt8Linear, PackedInt8Linear, pack_linears
 from specdec_tui.models.q4k import BLOCK_BYTES, BLOCK_INPUTS, q4k_parts, q4k_weight
 
@@ -84,13 +84,41 @@ def test_indexed_int8_linear_gives_int8_linears_bits_on_the_expanded_weights(out
     blocks, int8_scales, int8_sums = quantized_kernels.int8_blocks(quantized_kernels.expand_tables(indices, a, b), scales)
     bias = torch.randn(out_features)
     with quantized_kernels.using_indexed_int8_up_to(1000):  # every call reads the indices
-        for rows in range(1, 15):
+        for rows in [*range(1, 15), 25, 40]:  # past one pass's twelve, the records are decoded once
             x = torch.randn(rows, width)
             for extra in (None, bias):
                 indexed = torch.ops.specdec.indexed_int8_linear(x, blocks, int8_scales, int8_sums, records, extra,
                                                                 out_features)
                 int8 = torch.ops.specdec.int8_linear(x, blocks, int8_scales, int8_sums, extra, out_features)
                 assert torch.equal(indexed, int8), (rows, extra is None)
+
+
+@needs_avx512_vnni
+def test_a_linear_without_its_int8_blocks_reads_its_indices_in_every_call_with_the_same_bits():
+    indices, steps, offsets = random_parts(37, 288, seed=11)
+    a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
+    records = quantized_kernels.pack_indexed_int8(indices, a, b)
+    blocks, int8_scales, int8_sums = quantized_kernels.int8_blocks(quantized_kernels.expand_tables(indices, a, b), scales)
+    no_blocks = torch.empty(0, dtype=torch.int8)
+    with quantized_kernels.using_indexed_int8_up_to(0):  # a linear with blocks would read them in every call
+        for rows in [1, 3, 4, 7, 8, 9, 12, 13, 16, 25, 40, 150]:  # one pass, then a pass that keeps its decoding
+            x = torch.randn(rows, 288)
+            lean = torch.ops.specdec.indexed_int8_linear(x, no_blocks, int8_scales, int8_sums, records, None, 37)
+            assert torch.equal(lean, torch.ops.specdec.int8_linear(x, blocks, int8_scales, int8_sums, None, 37)), rows
+
+
+def test_a_linear_without_its_int8_blocks_refuses_an_instruction_set_without_the_indices_in_one_line():
+    if not quantized_kernels.available():
+        pytest.skip("the package's kernels do not build here")
+    indices, steps, offsets = random_parts(8, 64, seed=2)
+    a, b, scales = quantized_kernels.index_tables(indices, steps, offsets)
+    records = quantized_kernels.pack_indexed_int8(indices, a, b)
+    _, int8_scales, int8_sums = quantized_kernels.int8_blocks(quantized_kernels.expand_tables(indices, a, b), scales)
+    with (quantized_kernels.using_instruction_set("avx2"),
+          pytest.raises(RuntimeError, match="a linear without int8 blocks needs AVX-512 VNNI, and the chosen "
+                                            "instruction set is avx2")):
+        torch.ops.specdec.indexed_int8_linear(torch.randn(2, 64), torch.empty(0, dtype=torch.int8), int8_scales,
+                                              int8_sums, records, None, 8)
 
 
 needs_kernels = pytest.mark.skipif(not quantized_kernels.available(), reason="the package's kernels do not build here")
@@ -150,3 +178,29 @@ def test_a_linear_is_indexed_only_where_its_weights_are_its_q4k_tensors():
         out = indexed(x)
     assert torch.equal(out, torch.ops.specdec.int8_linear(x, indexed.packed, indexed.scales, indexed.column_sums,
                                                           indexed.bias, 8))
+
+
+@needs_kernels
+def test_a_lean_target_drops_its_int8_blocks_where_the_indices_are_read_and_keeps_its_numbers(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "tiny.gguf", q4k_linears=True)
+    cache = ModelCache(tmp_path / "cache")
+    full = load_model(str(tmp_path / "tiny.gguf"), precision="int8", device=torch.device("cpu"), cache=cache)
+    messages: list[str] = []
+    lean = load_pair(str(tmp_path / "tiny.gguf"), None, precision="int8", draft_precision="int4", device="cpu",
+                     cache_dir=tmp_path / "cache", lean_target=True,
+                     progress=lambda progress: messages.append(progress.detail))
+    runner = lean.target.runner
+    assert isinstance(runner, FastLlama) and runner.kernel_layers is not None
+    indexed = [getattr(layer, name) for layer in runner.layers for name in LAYER_LINEARS]
+    assert indexed and all(isinstance(linear, IndexedInt8Linear) for linear in indexed)
+    if quantized_kernels.reads_indices():
+        assert all(linear.packed.numel() == 0 for linear in indexed)
+        # the one-call layers hold no blocks either: nothing keeps them in memory
+        assert not any(weight.dtype == torch.int8 and weight.numel() > 0 for weight in runner.kernel_layers[5])
+        assert messages[-1] == f"lean: {len(indexed)} linears read only their indices"
+    else:
+        assert all(linear.packed.numel() > 0 for linear in indexed)
+        assert "so they stay" in messages[-1]
+    whole, stepped = verify_then_steps(runner)
+    assert torch.equal(whole, stepped)  # a verify block is its single steps
+    assert torch.equal(whole, verify_then_steps(full.runner)[0])

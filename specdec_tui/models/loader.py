@@ -352,9 +352,12 @@ def load_model(
     head_tokens: int | None = None,
     tokenizers: Tokenizers | None = None,
     kv_cache: str = "float32",
+    lean: bool = False,
 ) -> LoadedModel:
     """Load ``reference`` as a ``role`` ("target" or "draft"): a target gets exact kernels, and the
-    package's forward keeps its keys and values in ``kv_cache`` ("float16" or "float32").
+    package's forward keeps its keys and values in ``kv_cache`` ("float16" or "float32"). ``lean``:
+    where this processor reads indexed int8 linears' indices, their int8 blocks are dropped
+    (``FastLlama.drop_int8_blocks``).
 
     Loads that pass the same ``tokenizers`` share a tokenizer where their files are the same."""
     if kv_cache not in KV_CACHE_DTYPES:
@@ -372,7 +375,7 @@ def load_model(
             progress(Progress(reference, "rebuild", 0, None, f"{exc}; packing it again"))
         else:
             return _loaded(reference, None, runner, tokenizer, config, generation, precision, device, role,
-                           source_path(ref, cache), cache, head_tokens, kv_cache)
+                           source_path(ref, cache), cache, head_tokens, kv_cache, lean, progress)
     source = local_source(ref, cache, progress)
     progress(Progress(reference, "load", 0, None, f"reading {ref.kind} {ref.value}"))
     is_gguf = Path(source).suffix.lower() == ".gguf"
@@ -407,7 +410,7 @@ def load_model(
     # The lean forward holds packed copies; keeping the fp32 original too would double the memory.
     kept = model if isinstance(runner, HFRunner) else None
     loaded = _loaded(reference, kept, runner, tokenizer, config, generation, precision, device,
-                     role, source, cache, head_tokens, kv_cache)
+                     role, source, cache, head_tokens, kv_cache, lean, progress)
     del model
     release_freed_memory()
     return loaded
@@ -416,10 +419,12 @@ def load_model(
 def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer: PreTrainedTokenizerBase,
             config: PretrainedConfig, generation: GenerationConfig, precision: str, device: torch.device,
             role: str, source: str, cache: ModelCache, head_tokens: int | None = None,
-            kv_cache: str = "float32") -> LoadedModel:
+            kv_cache: str = "float32", lean: bool = False, progress: ProgressFn = no_progress) -> LoadedModel:
     eos_ids = eos_token_ids(generation, tokenizer)
     if isinstance(runner, FastLlama):
         runner.keep_kv_in(KV_CACHE_DTYPES[kv_cache])
+        if lean:
+            _drop_int8_blocks(name, runner, progress)
         if head_tokens:
             runner.limit_head(head_tokens, always=(*tokenizer.all_special_ids, *eos_ids))
     return LoadedModel(
@@ -436,6 +441,15 @@ def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer:
         source=source,
         cache=cache,
     )
+def _drop_int8_blocks(name: str, runner: FastLlama, progress: ProgressFn) -> None:
+    if not quantized_kernels.reads_indices():
+        progress(Progress(name, "load", 0, None, "lean: this processor reads the int8 blocks "
+                          "(the indices need AVX-512 VNNI), so they stay"))
+        return
+    dropped = runner.drop_int8_blocks()
+    progress(Progress(name, "load", 0, None, f"lean: {dropped} linears read only their indices"))
+
+
 def check_same_tokenizer(draft: LoadedModel, target: LoadedModel) -> None:
     """Speculation compares token ids, so both models must map text to ids the same way."""
     if draft.tokenizer is target.tokenizer:
@@ -464,12 +478,15 @@ def load_pair(
     progress: ProgressFn = no_progress,
     draft_head_tokens: int | None = None,
     kv_cache: str = "float32",
+    lean_target: bool = False,
 ) -> ModelPair:
+    """The ``target`` and its ``draft`` (None: target only). ``lean_target``: ``load_model``'s ``lean``
+    for the target."""
     cache = ModelCache(cache_dir)
     resolved = resolve_device(device)
     tokenizers: Tokenizers = {}
     target_model = load_model(target, precision=precision, device=resolved, cache=cache, progress=progress,
-                              tokenizers=tokenizers, kv_cache=kv_cache)
+                              tokenizers=tokenizers, kv_cache=kv_cache, lean=lean_target)
     if draft is None:
         return ModelPair(target_model, None)
     return ModelPair(target_model, load_draft(target_model, draft, precision=draft_precision, cache=cache,

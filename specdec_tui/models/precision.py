@@ -188,7 +188,7 @@ class IndexedInt8Linear(PackedInt8Linear):
     their bytes, 4-bit indices into each column's tables (``quantized_kernels.index_tables``). A call
     of a few rows reads the indices where the processor has AVX-512 VNNI, other calls the blocks; the
     numbers are the same either way. The tables round the weights as ``pack_int8`` does, to within
-    1/16 of a step more."""
+    1/16 of a step more. After ``drop_blocks`` every call reads the indices."""
 
     def __init__(self, linear: nn.Linear, parts: Q4kParts) -> None:
         nn.Module.__init__(self)
@@ -199,6 +199,12 @@ class IndexedInt8Linear(PackedInt8Linear):
         self.records = quantized_kernels.pack_indexed_int8(indices, a, b)
         self.bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def drop_blocks(self) -> None:
+        """Keep only the indices (with the scales and column sums both forms share): every call reads
+        them, which needs AVX-512 VNNI, and the blocks' memory (or their part of a mapped file) is
+        never touched again."""
+        self.packed = torch.empty(0, dtype=torch.int8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.ops.specdec.indexed_int8_linear(

@@ -376,6 +376,8 @@ constexpr int64_t kTableColumns = 4;   // columns per record: one 128-bit lane e
 constexpr int64_t kTableInputs = 32;   // inputs per record: one table each
 constexpr int64_t kTableRecord = 80;   // bytes per record
 constexpr int kTableRows = 12;         // rows per pass (six a pass measured slower at nine rows)
+constexpr int64_t kDecodedStep = 256;  // bytes of a step's two records decoded
+constexpr int kInlineRows = 7;         // the most rows a call takes in one pass, decoding as it goes
 
 #define SPECDEC_TABLE_EACH_ROW _Pragma("GCC unroll 16")
 #define SPECDEC_AVX512_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
@@ -408,28 +410,84 @@ SPECDEC_AVX512_VNNI inline __attribute__((always_inline)) void decode_record(con
   high = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(indices, 4), nibble));
 }
 
-// R rows against two column blocks' records at once (steps of 32 inputs; second may be first), sums
-// [R, 8]: the first block's 4 columns, then the second's. Each activation broadcast serves both.
+// R rows' products with one step's decoded weights of two column blocks (low and high: the first
+// block's, then the second's), added to the rows' accumulators.
 template <int R>
+SPECDEC_AVX512_VNNI inline __attribute__((always_inline)) void table_step_rows(__m512i (&acc)[2][R],
+                                                                               const __m512i* low,
+                                                                               const __m512i* high,
+                                                                               const uint8_t* const* rows,
+                                                                               int64_t j) {
+  SPECDEC_TABLE_EACH_ROW
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* x = rows[r] + j * kTableInputs;
+    const __m512i x_low = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+    const __m512i x_high = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 16)));
+    acc[0][r] = _mm512_dpbusd_epi32(acc[0][r], x_low, low[0]);
+    acc[1][r] = _mm512_dpbusd_epi32(acc[1][r], x_low, low[1]);
+    acc[0][r] = _mm512_dpbusd_epi32(acc[0][r], x_high, high[0]);
+    acc[1][r] = _mm512_dpbusd_epi32(acc[1][r], x_high, high[1]);
+  }
+}
+
+// The accumulators' sums [R, 8]: the first block's 4 columns, then the second's.
+template <int R>
+SPECDEC_AVX512_VNNI inline __attribute__((always_inline)) void store_table_sums(__m512i (&acc)[2][R], int32_t* sums) {
+  SPECDEC_TABLE_EACH_ROW
+  for (int r = 0; r < R; ++r)
+    for (int block = 0; block < 2; ++block) {
+      // each lane's four partial sums into its first
+      __m512i total = _mm512_add_epi32(acc[block][r], _mm512_shuffle_epi32(acc[block][r], _MM_PERM_BADC));
+      total = _mm512_add_epi32(total, _mm512_shuffle_epi32(total, _MM_PERM_CDAB));
+      alignas(64) int32_t lanes[16];
+      _mm512_store_si512(lanes, total);
+      for (int c = 0; c < kTableColumns; ++c) sums[(r * 2 + block) * kTableColumns + c] = lanes[4 * c];
+    }
+}
+
+// How a pass of table_rows reads two blocks' weights: their records, decoding them; the same, also
+// keeping what it decoded (kDecodedStep bytes a step: the first block's low, the second's, then their
+// high); or what an earlier pass kept.
+enum class TableRead { kRecords, kRecordsKept, kKept };
+
+// R rows against two column blocks at once (steps of 32 inputs; second may be first), sums [R, 8].
+// Each activation broadcast serves both.
+template <int R, TableRead Read>
 SPECDEC_AVX512_VNNI inline __attribute__((always_inline)) void table_block_products(const uint8_t* first_records,
                                                                                     const uint8_t* second_records,
+                                                                                    uint8_t* kept,
                                                                                     const uint8_t* const* rows,
                                                                                     int64_t steps, int32_t* sums) {
   __m512i acc[2][R];
   SPECDEC_TABLE_EACH_ROW
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm512_setzero_si512();
   for (int64_t j = 0; j < steps; ++j) {
-    const uint8_t* first = first_records + j * kTableRecord;
-    const uint8_t* second = second_records + j * kTableRecord;
-    for (const uint8_t* record : {first, second}) {
-      _mm_prefetch(reinterpret_cast<const char*>(record + kPrefetchBytes), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(record + kPrefetchBytes + 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(record + kFarPrefetchBytes), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(record + kFarPrefetchBytes + 64), _MM_HINT_T1);
-    }
     __m512i low[2], high[2];
-    decode_record(first, low[0], high[0]);
-    decode_record(second, low[1], high[1]);
+    if constexpr (Read == TableRead::kKept) {
+      const uint8_t* step = kept + j * kDecodedStep;
+      low[0] = _mm512_loadu_si512(step);
+      low[1] = _mm512_loadu_si512(step + 64);
+      high[0] = _mm512_loadu_si512(step + 128);
+      high[1] = _mm512_loadu_si512(step + 192);
+    } else {
+      const uint8_t* first = first_records + j * kTableRecord;
+      const uint8_t* second = second_records + j * kTableRecord;
+      for (const uint8_t* record : {first, second}) {
+        _mm_prefetch(reinterpret_cast<const char*>(record + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(record + kPrefetchBytes + 64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(record + kFarPrefetchBytes), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(record + kFarPrefetchBytes + 64), _MM_HINT_T1);
+      }
+      decode_record(first, low[0], high[0]);
+      decode_record(second, low[1], high[1]);
+      if constexpr (Read == TableRead::kRecordsKept) {
+        uint8_t* step = kept + j * kDecodedStep;
+        _mm512_storeu_si512(step, low[0]);
+        _mm512_storeu_si512(step + 64, low[1]);
+        _mm512_storeu_si512(step + 128, high[0]);
+        _mm512_storeu_si512(step + 192, high[1]);
+      }
+    }
     SPECDEC_TABLE_EACH_ROW
     for (int r = 0; r < R; ++r) {
       const uint8_t* x = rows[r] + j * kTableInputs;
@@ -453,17 +511,21 @@ SPECDEC_AVX512_VNNI inline __attribute__((always_inline)) void table_block_produ
     }
 }
 
-template <int R = 1>
-SPECDEC_AVX512_VNNI inline void table_rows_of(int rows, const uint8_t* first, const uint8_t* second,
+template <TableRead Read, int R = 1>
+SPECDEC_AVX512_VNNI inline void table_rows_of(int rows, const uint8_t* first, const uint8_t* second, uint8_t* kept,
                                               const uint8_t* const* q, int64_t steps, int32_t* sums) {
   if constexpr (R < kTableRows)
-    if (rows > R) return table_rows_of<R + 1>(rows, first, second, q, steps, sums);
-  table_block_products<R>(first, second, q, steps, sums);
+    if (rows > R) return table_rows_of<Read, R + 1>(rows, first, second, kept, q, steps, sums);
+  table_block_products<R, Read>(first, second, kept, q, steps, sums);
 }
 
-SPECDEC_AVX512_VNNI void table_rows(int rows, const uint8_t* first, const uint8_t* second, const uint8_t* const* q,
-                                    int64_t steps, int32_t* sums) {
-  table_rows_of(rows, first, second, q, steps, sums);
+// Products of up to kTableRows rows with two blocks, read as `read` says (kept: steps * kDecodedStep bytes).
+SPECDEC_AVX512_VNNI void table_rows(TableRead read, int rows, const uint8_t* first, const uint8_t* second,
+                                    uint8_t* kept, const uint8_t* const* q, int64_t steps, int32_t* sums) {
+  if (read == TableRead::kRecords) return table_rows_of<TableRead::kRecords>(rows, first, second, kept, q, steps, sums);
+  if (read == TableRead::kRecordsKept)
+    return table_rows_of<TableRead::kRecordsKept>(rows, first, second, kept, q, steps, sums);
+  table_rows_of<TableRead::kKept>(rows, first, second, kept, q, steps, sums);
 }
 
 // x [M, K] float; records [N/4, K/32, 80] uint8 (padded); scales and column_sums (each column's scale
@@ -491,22 +553,32 @@ at::Tensor table_linear(const at::Tensor& x, const at::Tensor& records, const at
   const float* w_scale = scales.data_ptr<float>();
   const int32_t* w_sum = column_sums.data_ptr<int32_t>();
   const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-  // Two blocks at a time; an odd last block is paired with itself and stored once.
+  // Two blocks at a time; an odd last block is paired with itself and stored once. A call of more
+  // rows than kInlineRows decodes each pair of blocks once: its first pass, of at most
+  // kInlineRows rows, keeps what it decodes, so that the records' stream hides that pass's arithmetic; the
+  // later ones read what it kept, from cache.
+  const bool keep = rows > kInlineRows;
+  const int64_t first_rows = keep ? std::min<int64_t>(kInlineRows, (rows + 1) / 2) : rows;
   at::parallel_for(0, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
     int32_t sums[kTableRows * 2 * kTableColumns];
     const uint8_t* chunk[kTableRows];
+    std::vector<uint8_t> kept(keep ? steps * kDecodedStep : 0);
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t block = 2 * pair;
       const int64_t next = block + 1 < blocks ? block + 1 : block;
-      for (int64_t m0 = 0; m0 < rows; m0 += kTableRows) {
-        const int count = static_cast<int>(std::min<int64_t>(kTableRows, rows - m0));
+      const uint8_t* first_records = w + block * steps * kTableRecord;
+      const uint8_t* second_records = w + next * steps * kTableRecord;
+      for (int64_t m0 = 0; m0 < rows;) {
+        const int count = static_cast<int>(std::min<int64_t>(m0 == 0 ? first_rows : kTableRows, rows - m0));
+        const TableRead read = !keep ? TableRead::kRecords : m0 == 0 ? TableRead::kRecordsKept : TableRead::kKept;
         for (int i = 0; i < count; ++i) chunk[i] = q.data() + (m0 + i) * padded;
-        table_rows(count, w + block * steps * kTableRecord, w + next * steps * kTableRecord, chunk, steps, sums);
+        table_rows(read, count, first_records, second_records, kept.data(), chunk, steps, sums);
         const int64_t first = block * kTableColumns;
         const int64_t last = std::min(first + 2 * kTableColumns, out_features);  // an odd last block ends the columns
         for (int i = 0; i < count; ++i)
           scale_block(sums + i * 2 * kTableColumns, w_sum + first, w_scale + first, row_scale[m0 + i],
                       b != nullptr ? b + first : nullptr, last - first, o + (m0 + i) * out_features + first);
+        m0 += count;
       }
     }
   });
@@ -524,6 +596,8 @@ at::Tensor table_linear(const at::Tensor& x, const at::Tensor& records, const at
 // are bound by arithmetic (decoding a record costs about four rows' products), the blocks by memory,
 // so which is faster moves with it. Choosing the form from timed calls (0.98x / 0.98x / 0.98x and
 // 0.98x / 1.00x / 0.96x) or timed passes of four to eight rows (1.02x / 0.99x / 1.02x) did not pay.
+// Every call on the records, a prompt's too (what a lean target does), made `hybrid` 0.96x / 0.96x /
+// 1.03x and 0.93x / 0.91x / 0.98x: it is a setting for the memory it saves, not the default.
 std::atomic<int64_t> indexed_up_to{3};
 bool runs_indexed_here() { return std::strcmp(chosen.load()->name, "avx512_vnni") == 0; }
 int64_t use_indexed_int8_up_to(int64_t rows) {
@@ -532,10 +606,16 @@ int64_t use_indexed_int8_up_to(int64_t rows) {
 }
 
 // An int8 linear held both ways: int8_linear's blocks (packed, scales, column sums) and the same int8
-// weights as indexed records; a call of few rows reads the records, where this processor can.
+// weights as indexed records; a call of few rows reads the records, where this processor can. A linear
+// whose blocks are empty (a lean target's) reads its records in every call.
 at::Tensor indexed_int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                                const at::Tensor& column_sums, const at::Tensor& records,
                                const std::optional<at::Tensor>& bias, int64_t out_features) {
+  if (packed.numel() == 0) {
+    TORCH_CHECK(runs_indexed_here(), "indexed_int8_linear: a linear without int8 blocks needs AVX-512 VNNI, "
+                "and the chosen instruction set is ", chosen.load()->name);
+    return table_linear(x, records, scales, column_sums, bias, out_features);
+  }
   if (runs_indexed_here() && x.dim() == 2 && x.size(0) <= indexed_up_to.load())
     return table_linear(x, records, scales, column_sums, bias, out_features);
   return int8_linear(x, packed, scales, column_sums, bias, out_features);

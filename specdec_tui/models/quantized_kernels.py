@@ -216,6 +216,11 @@ def using_indexed_int8_up_to(rows: int) -> AbstractContextManager[int]:
     return _kernel_setting("use_indexed_int8_up_to", rows)
 
 
+def reads_indices() -> bool:
+    """Whether the chosen instruction set reads an indexed int8 linear's indices (AVX-512 VNNI)."""
+    return instruction_set() == "avx512_vnni"
+
+
 def using_short_pass_prefetch(on: bool | None) -> AbstractContextManager[int]:
     """Inside the block, passes of one or two rows fetch their weights ahead in software as longer
     ones do (``True``), fetch less (``False``: a lone int8 row nothing, two rows and a lone int4 row

@@ -441,6 +441,8 @@ def _loaded(name: str, model: PreTrainedModel | None, runner: Runner, tokenizer:
         source=source,
         cache=cache,
     )
+
+
 def _drop_int8_blocks(name: str, runner: FastLlama, progress: ProgressFn) -> None:
     if not quantized_kernels.reads_indices():
         progress(Progress(name, "load", 0, None, "lean: this processor reads the int8 blocks "

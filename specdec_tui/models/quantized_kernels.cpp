@@ -553,10 +553,10 @@ at::Tensor table_linear(const at::Tensor& x, const at::Tensor& records, const at
   const float* w_scale = scales.data_ptr<float>();
   const int32_t* w_sum = column_sums.data_ptr<int32_t>();
   const float* b = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-  // Two blocks at a time; an odd last block is paired with itself and stored once. A call of more
-  // rows than kInlineRows decodes each pair of blocks once: its first pass, of at most
-  // kInlineRows rows, keeps what it decodes, so that the records' stream hides that pass's arithmetic; the
-  // later ones read what it kept, from cache.
+  // Two blocks at a time; an odd last block is paired with itself and stored once. A call of more rows
+  // than kInlineRows decodes each pair of blocks once: its first pass, of at most kInlineRows rows,
+  // keeps what it decodes (the records' stream hides that pass's arithmetic), and the later ones read
+  // what it kept, from cache.
   const bool keep = rows > kInlineRows;
   const int64_t first_rows = keep ? std::min<int64_t>(kInlineRows, (rows + 1) / 2) : rows;
   at::parallel_for(0, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {

@@ -204,3 +204,20 @@ def test_a_lean_target_drops_its_int8_blocks_where_the_indices_are_read_and_keep
     whole, stepped = verify_then_steps(runner)
     assert torch.equal(whole, stepped)  # a verify block is its single steps
     assert torch.equal(whole, verify_then_steps(full.runner)[0])
+
+
+@needs_kernels
+def test_a_lean_target_without_q4k_tensors_says_it_has_no_indices_and_loads_as_before(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "tiny.gguf")  # float32 linears: packed as int8 blocks only
+    messages: list[str] = []
+    lean = load_pair(str(tmp_path / "tiny.gguf"), None, precision="int8", draft_precision="int4", device="cpu",
+                     cache_dir=tmp_path / "cache", lean_target=True,
+                     progress=lambda progress: messages.append(progress.detail))
+    runner = lean.target.runner
+    assert isinstance(runner, FastLlama)
+    assert layer_linear_kinds(runner) == {PackedInt8Linear}
+    assert all(getattr(layer, name).packed.numel() > 0 for layer in runner.layers for name in LAYER_LINEARS)
+    if quantized_kernels.reads_indices():
+        assert messages[-1] == "lean: no linear holds indices (an int8 target packed from a GGUF's Q4_K tensors does)"
+    whole, stepped = verify_then_steps(runner)
+    assert torch.equal(whole, stepped)

@@ -449,7 +449,8 @@ def _drop_int8_blocks(name: str, runner: FastLlama, progress: ProgressFn) -> Non
                           "(the indices need AVX-512 VNNI), so they stay"))
         return
     dropped = runner.drop_int8_blocks()
-    progress(Progress(name, "load", 0, None, f"lean: {dropped} linears read only their indices"))
+    progress(Progress(name, "load", 0, None, f"lean: {dropped} linears read only their indices" if dropped else
+                      "lean: no linear holds indices (an int8 target packed from a GGUF's Q4_K tensors does)"))
 
 
 def check_same_tokenizer(draft: LoadedModel, target: LoadedModel) -> None:

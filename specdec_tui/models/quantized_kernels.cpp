@@ -488,27 +488,9 @@ SPECDEC_AVX512_VNNI inline __attribute__((always_inline)) void table_block_produ
         _mm512_storeu_si512(step + 192, high[1]);
       }
     }
-    SPECDEC_TABLE_EACH_ROW
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* x = rows[r] + j * kTableInputs;
-      const __m512i x_low = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-      const __m512i x_high = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 16)));
-      acc[0][r] = _mm512_dpbusd_epi32(acc[0][r], x_low, low[0]);
-      acc[1][r] = _mm512_dpbusd_epi32(acc[1][r], x_low, low[1]);
-      acc[0][r] = _mm512_dpbusd_epi32(acc[0][r], x_high, high[0]);
-      acc[1][r] = _mm512_dpbusd_epi32(acc[1][r], x_high, high[1]);
-    }
+    table_step_rows<R>(acc, low, high, rows, j);
   }
-  SPECDEC_TABLE_EACH_ROW
-  for (int r = 0; r < R; ++r)
-    for (int block = 0; block < 2; ++block) {
-      // each lane's four partial sums into its first
-      __m512i total = _mm512_add_epi32(acc[block][r], _mm512_shuffle_epi32(acc[block][r], _MM_PERM_BADC));
-      total = _mm512_add_epi32(total, _mm512_shuffle_epi32(total, _MM_PERM_CDAB));
-      alignas(64) int32_t lanes[16];
-      _mm512_store_si512(lanes, total);
-      for (int c = 0; c < kTableColumns; ++c) sums[(r * 2 + block) * kTableColumns + c] = lanes[4 * c];
-    }
+  store_table_sums<R>(acc, sums);
 }
 
 template <TableRead Read, int R = 1>

@@ -8,7 +8,7 @@ calls of up to N rows on them, each on an engine of its own. The two forms give 
 for bit, so every reply is asserted equal to target-only's.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-07-indexed-up-to.py [N]   (N = 4 unless given)
-Outputs of 2026-12-07 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-07-indexed-up-to-4.txt, -4b.txt (two runs of N = 4);
+Outputs of 2026-12-07 (Zen 4 EPYC, 2 cores, AVX-512 VNNI): 2026-12-07-indexed-up-to-4.txt, -4b.txt, -4c.txt (three runs of N = 4, the third a stop later);
 -all-1.txt, -all-2.txt (N = 100000: every call, as a lean target reads them; -all-1 with a first build of
 the many-row passes, see 2026-12-07-indices-only.py).
 """

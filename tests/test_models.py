@@ -634,13 +634,24 @@ def test_a_truncated_gguf_file_is_a_one_line_error_and_stores_nothing(tmp_path: 
     assert cache.entries() == []
 
 
-def test_a_pair_from_gguf_files_shares_one_tokenizer_on_its_first_load_as_on_later_ones(tmp_path: Path):
+def test_a_pair_from_gguf_files_shares_one_tokenizer_on_its_first_load_as_on_later_ones(tmp_path: Path,
+                                                                                       monkeypatch: pytest.MonkeyPatch):
     save_tiny_gguf(tmp_path / "target.gguf")
     save_tiny_gguf(tmp_path / "draft.gguf", seed=1)
+    made_from_gguf = []
+    from_pretrained = loader.AutoTokenizer.from_pretrained
+
+    def counted(*args, **kwargs):
+        made_from_gguf.extend([kwargs["gguf_file"]] if "gguf_file" in kwargs else [])
+        return from_pretrained(*args, **kwargs)
+
+    monkeypatch.setattr(loader.AutoTokenizer, "from_pretrained", counted)
     for load in ("first, packing both", "later, from the packed entries"):
         pair = load_pair(str(tmp_path / "target.gguf"), str(tmp_path / "draft.gguf"), precision="fp32",
                          draft_precision="fp32", device="cpu", cache_dir=tmp_path / "c")
         assert pair.draft is not None and pair.draft.tokenizer is pair.target.tokenizer, load
+    # The draft's file has the target's tokenizer digest, so transformers parsed only the target's header.
+    assert made_from_gguf == ["target.gguf"]
 
 
 def test_draft_and_target_with_different_tokenizers_are_refused(tmp_path: Path):

@@ -257,11 +257,13 @@ def read_gguf(path: Path, name: str) -> GgufWeights:
         raise ModelError(f"cannot load {name}: {first_line(exc)}") from exc
 
 
-def pack_gguf(weights: GgufWeights, name: str, precision: str, exact: bool, progress: ProgressFn = no_progress) -> tuple[
+def pack_gguf(weights: GgufWeights, name: str, precision: str, exact: bool, progress: ProgressFn = no_progress,
+              tokenizers: Tokenizers | None = None) -> tuple[
         PreTrainedTokenizerBase, PretrainedConfig, GenerationConfig, FastLlama] | None:
     """The tokenizer, configurations and lean forward of GGUF file ``weights``, packed straight from
     the file (``FastLlama.from_gguf``); None where that would not give transformers' numbers (another
-    architecture) or the lean forward does not run the model."""
+    architecture) or the lean forward does not run the model. The tokenizer is the one in
+    ``tokenizers`` made from a file of the same tokenizer digest, if any (and is kept there)."""
     if weights.architecture not in AS_STORED:
         return None
     path = weights.path
@@ -270,7 +272,7 @@ def pack_gguf(weights: GgufWeights, name: str, precision: str, exact: bool, prog
         if not supports_config(config):
             return None
         config.dtype = torch.float32  # what the forward computes in, as a model loaded in float32 says
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        tokenizer = gguf_tokenizer(weights, {} if tokenizers is None else tokenizers)
 
         converting = f"dequantizing and packing {precision} weights"
 
@@ -286,6 +288,16 @@ def pack_gguf(weights: GgufWeights, name: str, precision: str, exact: bool, prog
     except Exception as exc:  # readers raise many kinds for a bad file; all mean "cannot load"
         raise ModelError(f"cannot load {name}: {first_line(exc)}") from exc
     return tokenizer, config, GenerationConfig.from_model_config(config), runner
+
+
+def gguf_tokenizer(weights: GgufWeights, tokenizers: Tokenizers) -> PreTrainedTokenizerBase:
+    """GGUF file ``weights``' tokenizer: made by transformers from the file, unless ``tokenizers`` has
+    one made from a file of the same tokenizer digest (a pair's second file; transformers parses the
+    whole header again for it, 9-10 s for the default pair's)."""
+    key = f"gguf:{weights.tokenizer_digest}"
+    if key not in tokenizers:
+        tokenizers[key] = AutoTokenizer.from_pretrained(weights.path.parent, gguf_file=weights.path.name)
+    return tokenizers[key]
 
 
 def first_line(exc: BaseException) -> str:
@@ -381,7 +393,7 @@ def load_model(
     is_gguf = Path(source).suffix.lower() == ".gguf"
     # Only the lean forward, on the CPU, reads the file's own tensors.
     gguf = read_gguf(Path(source), reference) if is_gguf and device.type == "cpu" else None
-    from_gguf = pack_gguf(gguf, reference, precision, role == "target", progress) if gguf is not None else None
+    from_gguf = pack_gguf(gguf, reference, precision, role == "target", progress, tokenizers) if gguf is not None else None
     model: PreTrainedModel | None = None
     if from_gguf is not None:
         tokenizer, config, generation, runner = from_gguf

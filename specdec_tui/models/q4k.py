@@ -67,7 +67,7 @@ class Q4kTensors:
         parts = []
         for name in names:
             tensor = self.tensors[name]
-            width, rows = (int(n) for n in tensor.shape)
+            width, rows = tensor.shape
             parts.append(q4k_parts(self.weights.raw(name), rows, width))
         indices, steps, offsets = zip(*parts, strict=True)
         return torch.cat(indices), torch.cat(steps), torch.cat(offsets)

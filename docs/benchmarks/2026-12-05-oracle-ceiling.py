@@ -33,7 +33,8 @@ The outputs of 2026-12-05 beside this file: on a host with AVX-512 VNNI, 2026-12
 (the suite) and 2026-12-05-oracle-ceiling-held-out.txt (2026-12-05-held-out-prompts.jsonl); on
 the AVX2 host, made by this script's first version (the oracle alone, the suite's replies read from
 2026-12-04-target-replies.json), 2026-12-05-oracle-ceiling-avx2.txt and
-2026-12-05-oracle-ceiling-held-out-avx2.txt.
+2026-12-05-oracle-ceiling-held-out-avx2.txt. On the Zen 4 EPYC (2026-12-07): 2026-12-07-oracle-ceiling-zen4.txt and
+2026-12-07-oracle-ceiling-held-out-zen4.txt.
 """
 
 from __future__ import annotations

@@ -100,8 +100,8 @@ class _Cursor:
 
 
 def read_header(path: Path) -> GgufHeader:
-    """``path``'s tensors and architecture; a ValueError saying what is wrong for a file that is not
-    a whole little-endian GGUF file of version 2 or 3."""
+    """``path``'s tensors, architecture and tokenizer digest; a ValueError saying what is wrong for a
+    file that is not a whole little-endian GGUF file of version 2 or 3."""
     with open(path, "rb") as file:
         size = file.seek(0, 2)
         if size < 24:

@@ -5,8 +5,8 @@
 #
 # Run from the repository root: bash docs/benchmarks/2026-12-07-chat-ready.sh
 # For a start with the page cache dropped first (as root): sync; echo 3 > /proc/sys/vm/drop_caches
-# Runs of 2026-12-07 (Zen 4 EPYC, 2 cores, main at 77b3a7e): ready at 3.91-4.15 s (first frame
-# 2.38-2.52 s), three runs; 6.07-6.28 s (first frame 3.14-3.37 s) with the page cache dropped, two runs.
+# Runs of 2026-12-07 (Zen 4 EPYC, 2 cores, main at 77b3a7e and 9b14274): ready at 3.71-4.15 s (first frame
+# 2.30-2.52 s), four runs; 6.07-6.28 s (first frame 3.14-3.37 s) with the page cache dropped, two runs.
 set -u
 tmux kill-session -t ready 2>/dev/null
 start=$(date +%s.%N)

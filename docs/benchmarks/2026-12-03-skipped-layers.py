@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 
 import torch
-from paired_levers import lean_forward
+from paired_levers import greedy_reply, lean_forward
 
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.config import Settings
@@ -29,14 +29,6 @@ runtime = load_runtime(Settings())
 
 
 draft, target = lean_forward(runtime.pair.draft.runner), lean_forward(runtime.pair.target.runner)
-
-
-def greedy_reply(ids: list[int]) -> list[int]:
-    target.reset()
-    reply = [int(target.forward(ids, 1)[-1].argmax())]
-    while len(reply) < REPLY_TOKENS:
-        reply.append(int(target.forward(reply[-1:], 1)[-1].argmax()))
-    return reply
 
 
 def agreement(keep: list[int], ids: list[int], reply: list[int]) -> float:
@@ -62,7 +54,7 @@ def agreement(keep: list[int], ids: list[int], reply: list[int]) -> float:
 
 
 with torch.inference_mode():
-    suite = [(item.category, ids, greedy_reply(ids))
+    suite = [(item.category, ids, greedy_reply(target, ids, REPLY_TOKENS))
              for item in load_suite(default_suite_path()) for ids in [runtime.prompt_ids(item.messages)]]
     layers = range(len(draft.layers))
 

@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 import torch
-from paired_levers import lean_forward
+from paired_levers import greedy_reply, lean_forward
 
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.config import Settings
@@ -39,18 +39,8 @@ TWO_BIT = torch.tensor([5 * round(q / 5) for q in range(16)], dtype=torch.uint8)
 
 runtime = load_runtime(Settings())
 draft, target = lean_forward(runtime.pair.draft.runner), lean_forward(runtime.pair.target.runner)
-
-
-def greedy_reply(ids: list[int]) -> list[int]:
-    target.reset()
-    reply = [int(target.forward(ids, 1)[-1].argmax())]
-    while len(reply) < REPLY_TOKENS:
-        reply.append(int(target.forward(reply[-1:], 1)[-1].argmax()))
-    return reply
-
-
 prompts = [(item.category, runtime.prompt_ids(item.messages)) for item in load_suite(default_suite_path())]
-replies = [greedy_reply(ids) for _, ids in prompts]
+replies = [greedy_reply(target, ids, REPLY_TOKENS) for _, ids in prompts]
 
 
 def agreement() -> dict[str, float]:

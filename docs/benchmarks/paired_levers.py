@@ -64,6 +64,15 @@ def lean_forward(runner: object) -> FastLlama:
     return runner
 
 
+def greedy_reply(target: FastLlama, ids: list[int], tokens: int) -> list[int]:
+    """``target``'s own greedy reply of ``tokens`` tokens to ``ids``, one pass a token from a fresh cache."""
+    target.reset()
+    reply = [int(target.forward(ids, 1)[-1].argmax())]
+    while len(reply) < tokens:
+        reply.append(int(target.forward(reply[-1:], 1)[-1].argmax()))
+    return reply
+
+
 def engine_with(runtime: Runtime, table: type[VerifyCost] | None = None) -> Engine:
     """An engine of its own over ``runtime``'s loaded pair, its verify-cost table a new ``table``
     where one is given (an engine's table learns from every pass it runs)."""

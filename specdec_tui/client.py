@@ -86,6 +86,8 @@ class RemoteSource:
                                  timeout=httpx.Timeout(timeout, connect=10.0))
         self.target_name = ""
         self.draft_name: str | None = None
+        #: The server's budget notes are in its ``/health``; this chat does not fetch them.
+        self.memory_note: str | None = None
 
     def connect(self, progress: ProgressFn = no_progress, ready_timeout: float = READY_TIMEOUT_S) -> RemoteSource:
         """Wait until the server has its models, then learn which pair it serves."""

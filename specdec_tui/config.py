@@ -76,6 +76,10 @@ class ModelSettings(BaseModel):
         False, description="target keeps only the 4-bit form of its Q4_K weights (AVX-512 VNNI): "
         "about 1.1 GB less memory, slower verify passes"
     )
+    memory_budget_gb: float = Field(
+        3.0, ge=0, description="resident memory to stay under: before a reply could pass it, the target drops "
+        "its int8 blocks as lean_target does (the same replies, slower long passes; AVX-512 VNNI); 0 = none"
+    )
     device: str = Field("auto", description="auto, cpu or cuda")
     cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="presets' GGUF files and packed weights")
 
@@ -402,6 +406,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--draft-head-tokens": ("models", "draft_head_tokens"),
     "--kv-cache": ("models", "kv_cache"),
     "--lean-target": ("models", "lean_target"),
+    "--memory-budget-gb": ("models", "memory_budget_gb"),
     "--device": ("models", "device"),
     "--cache-dir": ("models", "cache_dir"),
     "--drafter": ("decoding", "drafter"),

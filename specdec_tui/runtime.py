@@ -21,6 +21,7 @@ from specdec_tui.engine.metrics import RunSummary
 from specdec_tui.engine.modes import MODES, TARGET
 from specdec_tui.engine.resilience import Breaker, Breakers, GuardedRunner
 from specdec_tui.engine.session import Engine
+from specdec_tui.models.budget import MemoryBudget
 from specdec_tui.models.cache import ModelCache
 from specdec_tui.models.loader import ModelPair, load_draft, load_pair
 from specdec_tui.models.progress import ProgressFn, no_progress
@@ -36,6 +37,8 @@ class ReplySource(Protocol):
     target_name: str
     #: None when no draft model is loaded (only target-only and prompt lookup work).
     draft_name: str | None
+    #: What the memory budget last did to keep the process under it (one line), or None.
+    memory_note: str | None
 
     def reply(self, messages: Sequence[Message], params: DecodeParams, mode: str,
               cancel: threading.Event | None = None, fresh: bool = False,
@@ -98,16 +101,22 @@ class Runtime:
     engine: Engine
     observers: Observers = field(default_factory=Observers)
     breakers: Breakers | None = None
+    memory: MemoryBudget | None = None
 
     @classmethod
     def from_pair(cls, settings: Settings, pair: ModelPair, observers: Observers | None = None) -> Runtime:
         engine, breakers = build_engine(pair, settings)
-        return cls(settings, pair, engine, observers or Observers(), breakers)
+        return cls(settings, pair, engine, observers or Observers(), breakers,
+                   MemoryBudget.for_pair(pair, settings.models.memory_budget_gb))
 
     @property
     def degraded(self) -> str | None:
         """Why replies are degraded now (a model's circuit is open), or None."""
         return self.breakers.why() if self.breakers is not None else None
+
+    @property
+    def memory_note(self) -> str | None:
+        return self.memory.note if self.memory is not None else None
 
     @property
     def target_name(self) -> str:
@@ -139,6 +148,8 @@ class Runtime:
                  messages: Sequence[Message] | None = None, conversation_id: str | None = None,
                  parent: object | None = None) -> Iterator[Event]:
         """One reply's events, through every listener; ``fresh`` first empties the KV caches."""
+        if self.memory is not None:
+            self.memory.before_reply(min(len(prompt_ids) + params.max_new_tokens, self.engine.max_context))
         if fresh:
             self.engine.reset()
         events = self.engine.generate(prompt_ids, params, mode, cancel)

@@ -150,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         settings, origins = settings_from_args(args)
+        if origins["models.memory_budget_gb"] == "default":
+            # The bench's process holds other modes' models too (transformers', llama.cpp's): its memory
+            # is not the pair's, and a budget would drop the target's int8 blocks at the first reply.
+            settings = settings.model_copy(update={"models": settings.models.model_copy(
+                update={"memory_budget_gb": 0.0})})
+            origins["models.memory_budget_gb"] = "off in the bench, unless given"
         if args.show_settings:
             print(describe_settings(settings, origins))
             return 0

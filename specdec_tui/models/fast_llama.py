@@ -48,6 +48,7 @@ from specdec_tui.models.layers import (
     rms_norm,
     swiglu,
 )
+from specdec_tui.models.memory import file_mapped
 from specdec_tui.models.precision import (
     IndexedInt8Linear,
     PackProgress,
@@ -374,18 +375,42 @@ class FastLlama:
             self.use_cache(KVCache(len(self.layers), self.kv_heads, self.head_dim, self.cache.capacity, dtype))
             self.reset()
 
-    def drop_int8_blocks(self) -> int:
+    @property
+    def int8_block_bytes(self) -> int:
+        """The bytes of int8 blocks held by linears that also hold indices (what ``drop_int8_blocks``
+        lets go)."""
+        return sum(linear.packed.numel() for linear in self._indexed_linears())
+
+    @property
+    def int8_blocks_mapped(self) -> bool:
+        """Whether those blocks lie in a mapped file (a packed cache entry), not in this process's own
+        memory (a target packed at this start)."""
+        indexed = [linear for linear in self._indexed_linears() if linear.packed.numel()]
+        return bool(indexed) and file_mapped(indexed[0].packed)
+
+    def _indexed_linears(self) -> list[IndexedInt8Linear]:
+        return [linear for layer in self.layers for name in LAYER_LINEARS
+                if isinstance(linear := getattr(layer, name), IndexedInt8Linear)]
+
+    def drop_int8_blocks(self, at_least: int | None = None) -> int:
         """Make every call of the linears that hold their Q4_K weights both ways read the indices, and let
         their int8 blocks go (``IndexedInt8Linear.drop_blocks``): the same numbers in about 1.1 GB less
         memory for the default target, slower passes of four rows or more. Needs AVX-512 VNNI
-        (``quantized_kernels.reads_indices``). Returns how many linears dropped theirs."""
-        indexed = [linear for layer in self.layers for name in LAYER_LINEARS
-                   if isinstance(linear := getattr(layer, name), IndexedInt8Linear)]
-        for linear in indexed:
+        (``quantized_kernels.reads_indices``). ``at_least``: only as many linears, from the last layer
+        back, as hold that many bytes of blocks (all where that is more than they hold). Returns how
+        many linears dropped theirs."""
+        holding = [linear for linear in reversed(self._indexed_linears()) if linear.packed.numel()]
+        dropped = 0
+        for linear in holding:
+            if at_least is not None and at_least <= 0:
+                break
+            if at_least is not None:
+                at_least -= linear.packed.numel()
             linear.drop_blocks()
+            dropped += 1
         if self.kernel_layers is not None:  # they hold the linears' tensors too
             self.kernel_layers = kernel_layer_args(self.layers)
-        return len(indexed)
+        return dropped
 
     def _grow(self, needed: int) -> None:
         self.use_cache(self.cache.grown(max(needed, 2 * self.cache.capacity), self.length))
@@ -454,6 +479,7 @@ class FastLlama:
         else:
             x = self.stack(x, cos, sin, self.cache.keys, self.cache.values, self.length, n_logits)
         self.length += rows
+        self.cache.written = max(self.cache.written, self.length)
         head = self.head if self.context_head is None else self.context_head
         # The last n_logits rows fed, then the branches' (the kernel returns every row, the stack only those).
         return head(self.final_norm(x[len(x) - n_logits - extra :]))

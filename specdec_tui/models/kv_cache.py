@@ -29,6 +29,10 @@ class KVCache:
                  dtype: torch.dtype = torch.float32) -> None:
         self.capacity, self.dtype = capacity, dtype
         self.layer_bytes = 2 * kv_heads * capacity * head_dim * dtype.itemsize
+        #: What a position takes over every layer's keys and values.
+        self.position_bytes = layers * 2 * kv_heads * head_dim * dtype.itemsize
+        #: The most positions written so far (their pages resident), whatever the length is now.
+        self.written = 0
         # Private: a shared anonymous mapping's released pages stay in memory until it is unmapped.
         self.mapping = mmap.mmap(-1, layers * self.layer_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         # A layer's keys and values side by side, so that releasing a layer is one range.
@@ -45,6 +49,7 @@ class KVCache:
             grown.keys[i][:, :length] = self.keys[i][:, :length]
             grown.values[i][:, :length] = self.values[i][:, :length]
             self._release(i)
+        grown.written = length
         return grown
 
     def _release(self, layer: int) -> None:

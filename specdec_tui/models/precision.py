@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from specdec_tui.models import quantized_kernels
+from specdec_tui.models.memory import release_pages
 from specdec_tui.models.q4k import Q4kParts, q4k_weight
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
@@ -202,8 +203,9 @@ class IndexedInt8Linear(PackedInt8Linear):
 
     def drop_blocks(self) -> None:
         """Keep only the indices (with the scales and column sums both forms share): every call reads
-        them, which needs AVX-512 VNNI, and the blocks' memory (or their part of a mapped file) is
-        never touched again."""
+        them, which needs AVX-512 VNNI, and the blocks' memory is never touched again. Blocks in a
+        mapped file that earlier calls read hand their pages back (``memory.release_pages``)."""
+        release_pages(self.packed)
         self.packed = torch.empty(0, dtype=torch.int8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

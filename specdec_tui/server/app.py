@@ -358,6 +358,8 @@ def health_report(state: ServerState) -> tuple[dict[str, Any], int]:
         body["breakers"] = {breaker.name: breaker.state for breaker in runtime.breakers}
     if degraded:
         body["degraded"] = degraded
+    if runtime is not None and runtime.memory_note:
+        body["memory"] = runtime.memory_note
     if state.settings.faults.enabled:
         body["fault_injection"] = state.settings.faults.describe()
     if state.load_error:

@@ -130,6 +130,7 @@ class ChatScreen(Screen[None]):
         self.cancel_event: threading.Event | None = None
         self.busy = False
         self.last_run: tuple[Run, FinishedEvent] | None = None
+        self.memory_note_shown: str | None = None
         self.records: list[StepRecord] = []
         #: The steps of the reply being written, and of the last finished one (for its report).
         self.steps: list[StepEvent] = []
@@ -435,6 +436,14 @@ class ChatScreen(Screen[None]):
         self._reply_ended()
         if finished.summary.finish_reason == "cancelled":
             self.notify("Reply cancelled; the partial reply is kept")
+        self._notify_memory()
+
+    def _notify_memory(self) -> None:
+        """Say once what the memory budget did before the reply (it makes long passes slower)."""
+        note = self.source.memory_note if self.source is not None else None
+        if note is not None and note != self.memory_note_shown:
+            self.memory_note_shown = note
+            self.notify(note, timeout=20)
 
     def on_reply_failed(self, message: ReplyFailed) -> None:
         view = message.view

@@ -1,0 +1,82 @@
+"""A memory budget for a loaded pair: before a reply could take the process past it, the target lets
+its int8 blocks go.
+
+A target packed from a GGUF's Q4_K tensors holds those linears two ways with the same numbers: int8
+blocks, which calls of four rows or more read, and 4-bit indices, which shorter calls read (on AVX-512
+VNNI). Both are resident once a reply has run (about 2.9 GB for the default pair), and every position
+of context adds its keys and values (82 KB for the default pair in float32). When a reply's prompt and
+longest answer would take the process past the budget, the target drops blocks and hands their
+pages back (``FastLlama.drop_int8_blocks``), as many linears' as the reply needs: their later calls read
+the indices, the replies stay the same token for token, and passes of four rows or more get slower,
+up to what ``lean_target`` makes them from the start once every block is gone. It is checked between
+replies, never inside one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specdec_tui.models import quantized_kernels
+from specdec_tui.models.fast_llama import FastLlama
+from specdec_tui.models.loader import ModelPair
+from specdec_tui.models.memory import resident_bytes
+
+GB = 1e9
+
+
+@dataclass
+class MemoryBudget:
+    """Keeps the process under ``limit`` bytes as far as dropping ``target``'s int8 blocks can.
+    ``models``: every model whose cache grows with the context (the target and the draft)."""
+
+    limit: int
+    target: FastLlama
+    models: tuple[FastLlama, ...]
+    resident: Callable[[], int | None] = resident_bytes
+    #: Whether the blocks are resident: mapped from a packed file, not until a reply has read them;
+    #: packed in this process (a first start), from the start.
+    blocks_read: bool = False
+    #: What the budget last dropped and why (one line), once it has.
+    note: str | None = field(default=None, init=False)
+
+    @classmethod
+    def for_pair(cls, pair: ModelPair, limit_gb: float) -> MemoryBudget | None:
+        """The budget of ``limit_gb`` GB for ``pair``, or None where it could do nothing: no budget (0),
+        a target without int8 blocks to drop, or a processor that needs them (no AVX-512 VNNI)."""
+        target = pair.target.runner
+        if (limit_gb <= 0 or not isinstance(target, FastLlama) or not target.int8_block_bytes
+                or not quantized_kernels.reads_indices()):
+            return None
+        draft = pair.draft.runner if pair.draft is not None else None
+        models = (target, draft) if isinstance(draft, FastLlama) else (target,)
+        return cls(int(limit_gb * GB), target, models, blocks_read=not target.int8_blocks_mapped)
+
+    def growth(self, context: int) -> int:
+        """The bytes the caches add before they hold ``context`` positions."""
+        return sum(model.cache.position_bytes * max(0, context - model.cache.written) for model in self.models)
+
+    def projected(self, context: int) -> int | None:
+        """The resident memory a reply whose context ends at ``context`` positions could leave: what is
+        resident now, the blocks where no reply has read them yet, and the caches' growth."""
+        now = self.resident()
+        if now is None:
+            return None
+        return now + (0 if self.blocks_read else self.target.int8_block_bytes) + self.growth(context)
+
+    def before_reply(self, context: int) -> str | None:
+        """Drop as many of the target's int8 blocks as keep a reply whose context ends at ``context``
+        positions under the limit; the one-line note saying so when it drops some, else None."""
+        held, projected = self.target.int8_block_bytes, self.projected(context)
+        self.blocks_read = True
+        if projected is None or not held or projected <= self.limit:
+            return None
+        now = self.resident() or 0
+        dropped = self.target.drop_int8_blocks(at_least=projected - self.limit)
+        left = self.target.int8_block_bytes
+        after = self.resident() or now
+        self.note = (f"memory: to keep a context of {context} tokens under the {self.limit / GB:.1f} GB budget, "
+                     f"{dropped} more of the target's linears read only their 4-bit indices ({(held - left) / GB:.2f} "
+                     f"GB of int8 blocks let go, {left / GB:.2f} GB kept; resident {now / GB:.2f} -> {after / GB:.2f} "
+                     "GB; the same replies, slower long passes)")
+        return self.note

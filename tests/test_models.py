@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
-from specdec_tui.models import gguf_weights, loader, provision, quantized_kernels
+from specdec_tui.models import fast_llama, gguf_weights, loader, provision, quantized_kernels
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
 from specdec_tui.models.embedding import GgufEmbedding, gguf_embedding
@@ -426,6 +426,24 @@ def test_a_long_prompts_pass_computes_every_row_as_single_steps_do(precision: st
     # Bit for bit, so a conversation's next turn, read from a cache its steps wrote, is what reading it
     # afresh gives.
     assert torch.equal(whole, stepped)
+
+
+def test_a_prompt_longer_than_a_pass_takes_goes_in_passes_with_the_same_numbers(monkeypatch: pytest.MonkeyPatch):
+    runner = FastLlama.from_model(tiny_model("qwen2"), "int8", exact=True)
+    prompt = list(range(3, 3 + 2 * MAX_ROWS + 6))
+
+    def logits() -> torch.Tensor:
+        runner.reset()
+        return torch.cat([runner.forward(prompt, 3), runner.forward([7], 1)])
+
+    whole = logits()
+    monkeypatch.setattr(fast_llama, "PROMPT_ROWS", MAX_ROWS // 2)
+    fed: list[int] = []
+    rows = runner.embedding.rows
+    monkeypatch.setattr(runner.embedding, "rows", lambda ids: (fed.append(len(ids)), rows(ids))[1])
+    assert torch.equal(logits(), whole)
+    unscored = len(prompt) - 3
+    assert fed == [MAX_ROWS // 2] * (unscored // (MAX_ROWS // 2)) + [unscored % (MAX_ROWS // 2), 3, 1]
 
 
 def block_logits(model: LoadedModel) -> torch.Tensor:

@@ -15,7 +15,7 @@ from specdec_tui.bench.cli import main as bench_main
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.models import quantized_kernels
-from specdec_tui.models.budget import MemoryBudget
+from specdec_tui.models.budget import REPLY_HEADROOM, MemoryBudget
 from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.models.kv_cache import KVCache
 from specdec_tui.models.loader import ModelPair, load_pair
@@ -117,7 +117,8 @@ def test_a_budget_drops_only_what_keeps_the_next_reply_under_it_counting_unread_
     budget.resident = resident
     assert target.cache.written == draft.cache.written == 1  # the load's one warm-up pass
     assert budget.growth(100) == 99 * per_position
-    budget.limit = resident.now + held + 99 * per_position  # room for the unread blocks and 99 positions
+    # room for the unread blocks, 99 positions and a reply's headroom
+    budget.limit = resident.now + held + 99 * per_position + REPLY_HEADROOM
 
     assert budget.projected(100) == budget.limit  # the unread blocks counted
     assert budget.before_reply(100) is None and budget.note is None
@@ -178,7 +179,9 @@ def test_a_runtime_checks_its_budget_before_each_reply_and_replies_the_same_afte
     kept = finished(runtime.generate(prompt, params, "hybrid", fresh=True))
     assert runtime.memory.note is None  # a tiny pair is far under 3 GB
     held = pair.target.runner.int8_block_bytes
-    runtime.memory.resident = Resident(runtime.memory.limit)  # at the budget: the next reply must make room
+    # a byte over the budget with the reply's growth and headroom: the next reply must make room
+    growth = runtime.memory.growth(len(prompt) + 24)
+    runtime.memory.resident = Resident(runtime.memory.limit - REPLY_HEADROOM - growth + 1)
     dropped = finished(runtime.generate(prompt, params, "hybrid", fresh=True))
     assert runtime.memory.note is not None
     assert 0 < pair.target.runner.int8_block_bytes < held

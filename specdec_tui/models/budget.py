@@ -23,6 +23,9 @@ from specdec_tui.models.loader import ModelPair
 from specdec_tui.models.memory import resident_bytes
 
 GB = 1e9
+#: What a reply takes besides its keys and values: a prompt pass's activations (``PROMPT_ROWS`` rows),
+#: the step records, the allocator's slack. The default pair's replies took 0.02-0.09 GB of it.
+REPLY_HEADROOM = int(0.1 * GB)
 
 
 @dataclass
@@ -57,12 +60,14 @@ class MemoryBudget:
         return sum(model.cache.position_bytes * max(0, context - model.cache.written) for model in self.models)
 
     def projected(self, context: int) -> int | None:
-        """The resident memory a reply whose context ends at ``context`` positions could leave: what is
-        resident now, the blocks where no reply has read them yet, and the caches' growth."""
+        """The resident memory a reply whose context ends at ``context`` positions could reach: what is
+        resident now, the blocks where no reply has read them yet, the caches' growth and the reply's
+        headroom."""
         now = self.resident()
         if now is None:
             return None
-        return now + (0 if self.blocks_read else self.target.int8_block_bytes) + self.growth(context)
+        unread = 0 if self.blocks_read else self.target.int8_block_bytes
+        return now + unread + self.growth(context) + REPLY_HEADROOM
 
     def before_reply(self, context: int) -> str | None:
         """Drop as many of the target's int8 blocks as keep a reply whose context ends at ``context``

@@ -137,7 +137,7 @@ class LayerStack(nn.Module):
 
 
 #: The most rows of a prompt one pass reads (longer prompts go in several).
-PROMPT_ROWS = 256
+PROMPT_ROWS = 128
 #: A decoder layer's linears, in the order ``DecoderLayer`` takes them.
 LAYER_LINEARS = ("qkv", "out_proj", "gate_up", "down")
 #: Bumped when what a packed file holds, or how it is laid out, changes.
@@ -453,8 +453,9 @@ class FastLlama:
         rows, extra = len(ids), len(branches)
         if rows - n_logits > PROMPT_ROWS:
             # A long prompt goes in passes of PROMPT_ROWS rows, each row computed as in any pass, so the
-            # same numbers. One pass over a 1,500-token prompt held 0.26 GB of activations at its peak,
-            # and took 8.5-9.1 s against 7.5 s in passes of 256 rows (the default pair, Zen 4).
+            # same numbers. Over a 1,500-token prompt of the default pair (Zen 4), one pass held 0.26 GB
+            # of activations at its peak and took 8.5-9.1 s; passes of 128 rows about 0.05 GB and 7.4-7.5 s
+            # (256: 0.07-0.09 GB, 7.5 s; 64: 0.03 GB, 7.6-8.2 s).
             unscored = rows - n_logits
             for start in range(0, unscored, PROMPT_ROWS):
                 self.forward(ids[start : min(start + PROMPT_ROWS, unscored)], 1)

@@ -428,7 +428,7 @@ def test_a_long_prompts_pass_computes_every_row_as_single_steps_do(precision: st
     assert torch.equal(whole, stepped)
 
 
-def test_a_prompt_longer_than_a_pass_takes_goes_in_passes_with_the_same_numbers(monkeypatch: pytest.MonkeyPatch):
+def test_a_prompt_longer_than_a_pass_takes_goes_in_even_passes_with_the_same_numbers(monkeypatch: pytest.MonkeyPatch):
     runner = FastLlama.from_model(tiny_model("qwen2"), "int8", exact=True)
     prompt = list(range(3, 3 + 2 * MAX_ROWS + 6))
 
@@ -442,8 +442,8 @@ def test_a_prompt_longer_than_a_pass_takes_goes_in_passes_with_the_same_numbers(
     rows = runner.embedding.rows
     monkeypatch.setattr(runner.embedding, "rows", lambda ids: (fed.append(len(ids)), rows(ids))[1])
     assert torch.equal(logits(), whole)
-    unscored = len(prompt) - 3
-    assert fed == [MAX_ROWS // 2] * (unscored // (MAX_ROWS // 2)) + [unscored % (MAX_ROWS // 2), 3, 1]
+    unscored = len(prompt) - 3  # 131 rows in passes of at most 32, as even as they divide
+    assert fed == [27, 26, 26, 26, 26, 3, 1] and sum(fed[:5]) == unscored
 
 
 def block_logits(model: LoadedModel) -> torch.Tensor:

@@ -137,7 +137,7 @@ class LayerStack(nn.Module):
 
 
 #: The most rows of a prompt one pass reads (longer prompts go in several).
-PROMPT_ROWS = 128
+PROMPT_ROWS = 256
 #: A decoder layer's linears, in the order ``DecoderLayer`` takes them.
 LAYER_LINEARS = ("qkv", "out_proj", "gate_up", "down")
 #: Bumped when what a packed file holds, or how it is laid out, changes.
@@ -452,13 +452,18 @@ class FastLlama:
         """
         rows, extra = len(ids), len(branches)
         if rows - n_logits > PROMPT_ROWS:
-            # A long prompt goes in passes of PROMPT_ROWS rows, each row computed as in any pass, so the
-            # same numbers. Over a 1,500-token prompt of the default pair (Zen 4), one pass held 0.26 GB
-            # of activations at its peak and took 8.5-9.1 s; passes of 128 rows about 0.05 GB and 7.4-7.5 s
-            # (256: 0.07-0.09 GB, 7.5 s; 64: 0.03 GB, 7.6-8.2 s).
+            # A long prompt goes in passes of at most PROMPT_ROWS rows, as even as they divide, each row
+            # computed as in any pass, so the same numbers. Over a 1,500-token prompt of the default
+            # pair (Zen 4), one pass held 0.26 GB of activations at its peak and took 8.5-9.1 s; passes
+            # of 256 rows 0.07-0.09 GB and 7.5 s. (Passes of 128 rows made prompts of 140-250 tokens 5-10%
+            # slower than one pass: each pass streams the weights again.)
             unscored = rows - n_logits
-            for start in range(0, unscored, PROMPT_ROWS):
-                self.forward(ids[start : min(start + PROMPT_ROWS, unscored)], 1)
+            passes = -(-unscored // PROMPT_ROWS)
+            start = 0
+            for i in range(passes):
+                end = start + unscored // passes + (i < unscored % passes)
+                self.forward(ids[start:end], 1)
+                start = end
             return self.forward(ids[unscored:], n_logits, branches)
         if branches and rows > n_logits and rows + extra > MAX_ROWS:
             # A long unread prefix before the scored block (a prompt) goes first, on its own.

@@ -87,3 +87,33 @@ def test_a_file_that_is_not_a_whole_little_endian_gguf_file_is_a_one_line_error(
     write_gguf(path, ["a", "b"], endian=gguf.GGUFEndian.BIG)
     with pytest.raises(ValueError, match="a big-endian file"):
         read_header(path)
+
+
+def fields_of(reader: gguf.GGUFReader) -> dict[str, list]:
+    return {key: [field.parts[i].tolist() for i in field.data] for key, field in reader.fields.items()
+            if not key.startswith("GGUF.")}
+
+
+@pytest.mark.parametrize("alignment", [None, 256])
+def test_the_config_copy_holds_every_field_but_the_tokenizers_arrays_and_the_same_tensors(tmp_path: Path,
+                                                                                        alignment: int | None):
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, ["a", "b", "ab", "abc"], alignment=alignment)
+    copy = read_header(path).config_copy(tmp_path / "copy.gguf")
+    whole, trimmed = gguf.GGUFReader(path), gguf.GGUFReader(copy)
+    arrays = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"}
+    expected = {key: value for key, value in fields_of(whole).items() if key not in arrays}
+    assert fields_of(trimmed) == {**expected, "qwen2.vocab_size": [[4]]}
+    assert [(t.name, t.tensor_type, t.shape.tolist(), t.data_offset - trimmed.data_offset) for t in trimmed.tensors] == \
+        [(t.name, t.tensor_type, t.shape.tolist(), t.data_offset - whole.data_offset) for t in whole.tensors]
+    assert copy.stat().st_size - trimmed.data_offset == path.stat().st_size - whole.data_offset
+    # a file that states its vocabulary's size keeps that one field
+    writer = gguf.GGUFWriter(str(tmp_path / "sized.gguf"), "qwen2")
+    writer.add_vocab_size(7)
+    writer.add_token_list(["a", "b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    sized = gguf.GGUFReader(read_header(tmp_path / "sized.gguf").config_copy(tmp_path / "sized-copy.gguf"))
+    assert fields_of(sized)["qwen2.vocab_size"] == [[7]] and "tokenizer.ggml.tokens" not in sized.fields

@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from specdec_tui.models import fast_llama, gguf_weights, loader, provision, quantized_kernels
 from specdec_tui.models.attention import MAX_ROWS
@@ -444,6 +444,17 @@ def test_a_prompt_longer_than_a_pass_takes_goes_in_even_passes_with_the_same_num
     assert torch.equal(logits(), whole)
     unscored = len(prompt) - 3  # 131 rows in passes of at most 32, as even as they divide
     assert fed == [27, 26, 26, 26, 26, 3, 1] and sum(fed[:5]) == unscored
+
+
+@pytest.mark.parametrize("kind", ["float", "tied head", "q4k"])
+def test_a_gguf_files_configuration_is_read_from_its_header_without_the_tokenizers_arrays_as_from_the_file(
+        tmp_path: Path, kind: str):
+    path = tmp_path / "tiny.gguf"
+    save_tiny_gguf(path, tied_head=kind == "tied head", q4k_linears=kind == "q4k")
+    config = loader.gguf_config(gguf_weights.GgufWeights(path))
+    whole = AutoConfig.from_pretrained(tmp_path, gguf_file=path.name)
+    assert config.to_dict() == whole.to_dict()
+    assert config.tie_word_embeddings == (kind == "tied head")
 
 
 def block_logits(model: LoadedModel) -> torch.Tensor:

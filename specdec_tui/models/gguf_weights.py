@@ -43,6 +43,7 @@ class GgufWeights:
         self.tensors: dict[str, GgufTensor] = header.tensors
         self.architecture = header.architecture
         self.tokenizer_digest = header.tokenizer_digest
+        self.header = header
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -266,9 +267,8 @@ def pack_gguf(weights: GgufWeights, name: str, precision: str, exact: bool, prog
     ``tokenizers`` made from a file of the same tokenizer digest, if any (and is kept there)."""
     if weights.architecture not in AS_STORED:
         return None
-    path = weights.path
     try:
-        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+        config = gguf_config(weights)
         if not supports_config(config):
             return None
         config.dtype = torch.float32  # what the forward computes in, as a model loaded in float32 says
@@ -288,6 +288,16 @@ def pack_gguf(weights: GgufWeights, name: str, precision: str, exact: bool, prog
     except Exception as exc:  # readers raise many kinds for a bad file; all mean "cannot load"
         raise ModelError(f"cannot load {name}: {first_line(exc)}") from exc
     return tokenizer, config, GenerationConfig.from_model_config(config), runner
+
+
+def gguf_config(weights: GgufWeights) -> PretrainedConfig:
+    """GGUF file ``weights``' configuration as transformers makes it, read from a copy of the header
+    without the tokenizer's arrays (``GgufHeader.config_copy``: 0.1 s against 8.5-9 s a file)."""
+    with tempfile.TemporaryDirectory(prefix="specdec-gguf-") as folder:
+        copy = weights.header.config_copy(Path(folder) / weights.path.name)
+        config = AutoConfig.from_pretrained(copy.parent, gguf_file=copy.name)
+    config._name_or_path = str(weights.path.parent)
+    return config
 
 
 def gguf_tokenizer(weights: GgufWeights, tokenizers: Tokenizers) -> PreTrainedTokenizerBase:

@@ -675,12 +675,23 @@ def test_a_pair_from_gguf_files_shares_one_tokenizer_on_its_first_load_as_on_lat
         return from_pretrained(*args, **kwargs)
 
     monkeypatch.setattr(loader.AutoTokenizer, "from_pretrained", counted)
+    read_by_gguf = []
+    gguf_reader_init = gguf.GGUFReader.__init__
+
+    def reading(self, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        read_by_gguf.append(Path(path).parent)
+        gguf_reader_init(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFReader, "__init__", reading)
     for load in ("first, packing both", "later, from the packed entries"):
         pair = load_pair(str(tmp_path / "target.gguf"), str(tmp_path / "draft.gguf"), precision="fp32",
                          draft_precision="fp32", device="cpu", cache_dir=tmp_path / "c")
         assert pair.draft is not None and pair.draft.tokenizer is pair.target.tokenizer, load
     # The draft's file has the target's tokenizer digest, so transformers parsed only the target's header.
     assert made_from_gguf == ["target.gguf"]
+    # and never through gguf's reader (seconds for a real vocabulary): the configurations came from
+    # copies of the headers elsewhere, the tokenizer from transformers' own reader
+    assert tmp_path not in read_by_gguf and len(read_by_gguf) == 2
 
 
 def test_draft_and_target_with_different_tokenizers_are_refused(tmp_path: Path):

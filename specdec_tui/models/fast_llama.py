@@ -52,6 +52,7 @@ from specdec_tui.models.memory import file_mapped
 from specdec_tui.models.precision import (
     IndexedInt8Linear,
     PackProgress,
+    float_linear,
     linear_from_tensors,
     linear_tensors,
     pack_linears,
@@ -83,13 +84,10 @@ def supports_config(config: PretrainedConfig) -> bool:
 
 def _fused(*linears: nn.Linear) -> nn.Linear:
     weight = torch.cat([lin.weight.detach().float() for lin in linears])
-    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=any(lin.bias is not None for lin in linears))
-    fused.weight.data = weight
-    if fused.bias is not None:
-        fused.bias.data = torch.cat([
-            lin.bias.detach().float() if lin.bias is not None else torch.zeros(lin.out_features) for lin in linears
-        ])
-    return fused
+    bias = torch.cat([
+        lin.bias.detach().float() if lin.bias is not None else torch.zeros(lin.out_features) for lin in linears
+    ]) if any(lin.bias is not None for lin in linears) else None
+    return float_linear(weight, bias)
 
 
 def _gguf_linear(weights: GgufWeights, stems: Sequence[str]) -> nn.Linear:

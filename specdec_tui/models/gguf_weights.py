@@ -24,6 +24,7 @@ from gguf import GGMLQuantizationType, dequantize
 from torch import nn
 
 from specdec_tui.models.gguf_header import GgufTensor, read_header
+from specdec_tui.models.precision import float_linear
 
 #: Architectures (``general.architecture``) whose tensors transformers loads unchanged.
 AS_STORED = frozenset({"qwen2"})
@@ -83,9 +84,5 @@ class GgufWeights:
 
     def linear(self, stem: str) -> nn.Linear:
         """The linear of tensors ``stem``.weight and, where the file has it, ``stem``.bias."""
-        weight = self.tensor(f"{stem}.weight")
-        linear = nn.Linear(weight.shape[1], weight.shape[0], bias=f"{stem}.bias" in self)
-        linear.weight.data = weight
-        if linear.bias is not None:
-            linear.bias.data = self.tensor(f"{stem}.bias")
-        return linear
+        bias = self.tensor(f"{stem}.bias") if f"{stem}.bias" in self else None
+        return float_linear(self.tensor(f"{stem}.weight"), bias)

@@ -256,15 +256,21 @@ def linear_tensors(module: nn.Module) -> tuple[str, dict[str, torch.Tensor]] | N
     return None
 
 
+def float_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.Linear:
+    """An ``nn.Linear`` holding ``weight`` [out, in] and ``bias`` as they are, made without the random
+    initialisation a new one pays for (a sixth of packing the default target from its GGUF went into it)."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    linear.weight = nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        linear.bias = nn.Parameter(bias, requires_grad=False)
+    return linear
+
+
 def linear_from_tensors(kind: str, tensors: dict[str, torch.Tensor], in_features: int, out_features: int) -> nn.Module:
     """The linear that ``linear_tensors`` described, its tensors used as they are (memory-mapped, say)."""
     cls, names = STORABLE[kind]
     if cls is nn.Linear:
-        linear = nn.Linear(in_features, out_features, bias="bias" in tensors, device="meta")
-        linear.weight = nn.Parameter(tensors["weight"], requires_grad=False)
-        if "bias" in tensors:
-            linear.bias = nn.Parameter(tensors["bias"], requires_grad=False)
-        return linear
+        return float_linear(tensors["weight"], tensors.get("bias"))
     module = cls.__new__(cls)
     nn.Module.__init__(module)
     for name in names:
@@ -280,11 +286,7 @@ def _as_linear(module: nn.Module) -> nn.Linear | None:
         return module
     from transformers.pytorch_utils import Conv1D  # only a transformers model has these
     if type(module) is Conv1D:
-        linear = nn.Linear(module.weight.shape[0], module.weight.shape[1], bias=module.bias is not None)
-        linear.weight.data = module.weight.data.t().contiguous()
-        if module.bias is not None:
-            linear.bias.data = module.bias.data
-        return linear
+        return float_linear(module.weight.data.t().contiguous(), None if module.bias is None else module.bias.data)
     return None
 
 

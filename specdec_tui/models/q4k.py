@@ -9,13 +9,15 @@ the sub-block's step and offset.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import Q4_K
 
-from specdec_tui.models.gguf_weights import GgufWeights
+if TYPE_CHECKING:  # gguf_weights packs with precision, which reads q4k
+    from specdec_tui.models.gguf_weights import GgufWeights
 
 BLOCK_INPUTS = 256
 BLOCK_BYTES = 144

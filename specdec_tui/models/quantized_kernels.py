@@ -291,10 +291,13 @@ def index_tables(indices: torch.Tensor, steps: torch.Tensor, offsets: torch.Tens
 
 
 def expand_tables(indices: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The int8 weights [N, K] that ``indices`` pick from the tables ``(a q + b) >> 7`` (saturated)."""
-    a32 = a.to(torch.int32).repeat_interleave(INDEXED_INPUTS, dim=1)
-    b32 = b.to(torch.int32).repeat_interleave(INDEXED_INPUTS, dim=1)
-    return torch.bitwise_right_shift(a32 * indices.to(torch.int32) + b32, 7).clamp_(-128, 127).to(torch.int8)
+    """The int8 weights [N, K] that ``indices`` pick from the tables ``(a q + b) >> 7`` (saturated).
+
+    In int16, as the kernel computes a table: exact for every index a column uses (``index_tables``)."""
+    rows, width = indices.shape
+    picked = indices.view(rows, width // INDEXED_INPUTS, INDEXED_INPUTS).to(torch.int16)
+    weights = torch.bitwise_right_shift(picked * a.to(torch.int16)[..., None] + b.to(torch.int16)[..., None], 7)
+    return weights.clamp_(-128, 127).to(torch.int8).view(rows, width)
 
 
 def pack_indexed_int8(indices: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -49,8 +49,9 @@ def q4k_parts(blocks: np.ndarray, rows: int, width: int) -> Q4kParts:
 def q4k_weight(parts: Q4kParts) -> torch.Tensor:
     """The float weights [N, K] of a Q4_K tensor's parts, as ``gguf`` dequantizes them."""
     indices, steps, offsets = parts
-    width = indices.shape[1] // steps.shape[1]
-    return steps.repeat_interleave(width, dim=1) * indices.float() - offsets.repeat_interleave(width, dim=1)
+    rows, width = indices.shape
+    picked = indices.view(rows, steps.shape[1], width // steps.shape[1]).float()
+    return (picked * steps[..., None] - offsets[..., None]).view(rows, width)
 
 
 class Q4kTensors:

@@ -292,7 +292,7 @@ def pack_gguf(weights: GgufWeights, name: str, precision: str, exact: bool, prog
 
 def gguf_config(weights: GgufWeights) -> PretrainedConfig:
     """GGUF file ``weights``' configuration as transformers makes it, read from a copy of the header
-    without the tokenizer's arrays (``GgufHeader.config_copy``: 0.1 s against 8.5-9 s a file)."""
+    without the tokenizer's arrays (``GgufHeader.config_copy``: 0.03 s against 8.5-9 s a file)."""
     with tempfile.TemporaryDirectory(prefix="specdec-gguf-") as folder:
         copy = weights.header.config_copy(Path(folder) / weights.path.name)
         config = AutoConfig.from_pretrained(copy.parent, gguf_file=copy.name)

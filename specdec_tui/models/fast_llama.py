@@ -18,6 +18,7 @@ modules); elsewhere the layers run as one TorchScript module where that works (s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -399,15 +400,15 @@ class FastLlama:
         (``quantized_kernels.reads_indices``). ``at_least``: only as many linears, from the last layer
         back, as hold that many bytes of blocks (all where that is more than they hold). Returns how
         many linears dropped theirs."""
-        holding = [linear for linear in reversed(self._indexed_linears()) if linear.packed.numel()]
+        remaining = math.inf if at_least is None else at_least
         dropped = 0
-        for linear in holding:
-            if at_least is not None and at_least <= 0:
+        for linear in reversed(self._indexed_linears()):
+            if remaining <= 0:
                 break
-            if at_least is not None:
-                at_least -= linear.packed.numel()
-            linear.drop_blocks()
-            dropped += 1
+            if linear.packed.numel():
+                remaining -= linear.packed.numel()
+                linear.drop_blocks()
+                dropped += 1
         if self.kernel_layers is not None:  # they hold the linears' tensors too
             self.kernel_layers = kernel_layer_args(self.layers)
         return dropped

@@ -157,12 +157,9 @@ def _parse(data: mmap.mmap, size: int) -> GgufHeader:
             architecture = cursor.string()
         elif key == "general.alignment" and value_type == UINT32:
             alignment = cursor.unpack("<I")
-        elif key == TOKENS and value_type == ARRAY:
-            cursor.unpack("<I")
-            tokens = cursor.unpack("<Q")
-            cursor.at -= 12
-            cursor.skip(value_type)
         else:
+            if key == TOKENS and value_type == ARRAY:
+                (tokens,) = struct.unpack_from("<Q", data, cursor.at + 4)  # after the item type: the count
             cursor.skip(value_type)
         if key.startswith("tokenizer.") and key != CHAT_TEMPLATE:
             tokenizer.update(data[start : cursor.at])

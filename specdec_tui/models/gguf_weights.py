@@ -38,13 +38,21 @@ class GgufWeights:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            header = read_header(path)
+            self.header = read_header(path)
         except ValueError as exc:
             raise ValueError(f"{path.name} is not a whole GGUF file ({exc})") from exc
-        self.tensors: dict[str, GgufTensor] = header.tensors
-        self.architecture = header.architecture
-        self.tokenizer_digest = header.tokenizer_digest
-        self.header = header
+
+    @property
+    def tensors(self) -> dict[str, GgufTensor]:
+        return self.header.tensors
+
+    @property
+    def architecture(self) -> str:
+        return self.header.architecture
+
+    @property
+    def tokenizer_digest(self) -> str:
+        return self.header.tokenizer_digest
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors

@@ -149,6 +149,7 @@ class Runtime:
                  parent: object | None = None) -> Iterator[Event]:
         """One reply's events, through every listener; ``fresh`` first empties the KV caches."""
         if self.memory is not None:
+            self.engine.keep_shared(prompt_ids)  # a shorter conversation's caches can give pages back now
             self.memory.before_reply(min(len(prompt_ids) + params.max_new_tokens, self.engine.max_context))
         if fresh:
             self.engine.reset()

@@ -15,7 +15,7 @@ from specdec_tui.bench.cli import main as bench_main
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.models import quantized_kernels
-from specdec_tui.models.budget import REPLY_HEADROOM, MemoryBudget
+from specdec_tui.models.budget import REPLY_HEADROOM, TAKE_BACK_SLACK, MemoryBudget
 from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.models.kv_cache import KVCache
 from specdec_tui.models.loader import ModelPair, load_pair
@@ -91,6 +91,53 @@ def test_a_target_drops_the_blocks_of_as_many_linears_from_the_last_layer_back_a
     assert torch.equal(verify_then_steps(target)[0], before[0])
 
 
+@needs_indices
+def test_a_target_takes_back_the_blocks_a_mapped_file_holds_latest_dropped_first_and_keeps_its_numbers(
+        tmp_path: Path):
+    target = q4k_pair(tmp_path).target.runner
+    assert isinstance(target, FastLlama)
+    before = verify_then_steps(target)
+    held = target.int8_block_bytes
+    last = target.layers[-1]
+    assert target.drop_int8_blocks(at_least=last.down.packed.numel() + 1) == 2  # down, then gate_up
+    down, gate_up = last.down.released_blocks, last.gate_up.released_blocks
+    assert down is not None and gate_up is not None
+    assert target.released_int8_block_bytes == held - target.int8_block_bytes
+    # gate_up was dropped after down, so it comes back first, and only what fits
+    assert target.take_int8_blocks_back(at_most=gate_up.numel() + down.numel() - 1) == 1
+    assert last.gate_up.packed is gate_up and last.down.packed.numel() == 0
+    assert target.released_int8_block_bytes == down.numel()
+    assert target.take_int8_blocks_back(at_most=held) == 1
+    assert target.int8_block_bytes == held and target.released_int8_block_bytes == 0
+    assert target.take_int8_blocks_back(at_most=held) == 0
+    after = verify_then_steps(target)
+    assert torch.equal(after[0], after[1]) and torch.equal(after[0], before[0])
+    packed_here = q4k_pair(tmp_path, "first").target.runner
+    assert isinstance(packed_here, FastLlama)
+    packed_here.drop_int8_blocks()  # the allocator's memory: freed, nothing left to take back
+    assert packed_here.released_int8_block_bytes == 0 and packed_here.take_int8_blocks_back(at_most=held) == 0
+
+
+def test_a_cache_hands_back_the_pages_past_a_position_and_keeps_the_positions_before():
+    cache = KVCache(layers=3, kv_heads=2, head_dim=64, capacity=4096)  # a position: 512 bytes a layer
+    for tensors in (cache.keys, cache.values):
+        for i, layer in enumerate(tensors):
+            layer.copy_(torch.arange(layer.numel(), dtype=torch.float32).view_as(layer) + i)
+    cache.written = 4096
+    kept = [layer[:, :100].clone() for layer in cache.keys + cache.values]
+    before = resident_bytes()
+    released = cache.release_past(100)
+    after = resident_bytes()
+    assert before is not None and after is not None
+    # 12 planes (layer, keys or values, head) of 256 pages each; each keeps the 7 pages reaching its position 99
+    assert released == 12 * (256 - 7) * 4096
+    assert before - after >= released - 64 * 4096
+    assert cache.written == 100 and cache.release_past(100) == 0 and cache.release_past(4000) == 0
+    for old, layer in zip(kept, cache.keys + cache.values, strict=True):
+        assert torch.equal(layer[:, :100], old)
+        assert float(layer[:, 4095].abs().sum()) == 0.0  # handed back: zeros until written again
+
+
 class Resident:
     """A process whose resident memory the test sets."""
 
@@ -149,6 +196,35 @@ def test_a_budget_drops_only_what_keeps_the_next_reply_under_it_counting_unread_
     assert budget.before_reply(100) is None
 
 
+@needs_indices
+def test_a_budget_takes_back_what_fits_once_a_shorter_conversation_hands_the_caches_pages_back(tmp_path: Path):
+    pair = q4k_pair(tmp_path)
+    target, draft = pair.target.runner, pair.draft.runner
+    assert isinstance(target, FastLlama) and isinstance(draft, FastLlama)
+    held = target.int8_block_bytes
+    budget = MemoryBudget.for_pair(pair, 1.0)
+    assert budget is not None
+    budget.resident = Resident(budget.limit)
+    assert budget.before_reply(100) is not None and target.int8_block_bytes == 0  # every block let go
+    budget.resident.now = 0
+    assert budget.before_reply(100) is None  # room, but the caches gave nothing back: nothing comes back
+    assert target.int8_block_bytes == 0
+    for model in (target, draft):  # a long conversation, then a new chat
+        model.forward([3 + i % 300 for i in range(1000)], 1)
+        model.reset()
+    first, second = target.layers[0].qkv, target.layers[0].out_proj  # the first two linears
+    assert first.released_blocks is not None and second.released_blocks is not None
+    room = first.released_blocks.numel() + second.released_blocks.numel() - 1  # the first fits, not the second
+    budget.resident.now = budget.limit - TAKE_BACK_SLACK - REPLY_HEADROOM - room
+    note = budget.before_reply(100)
+    assert note is not None and "1 of the target's linears read their int8 blocks again" in note
+    assert first.packed.numel() > 0 and second.packed.numel() == 0
+    assert target.int8_block_bytes == first.packed.numel() and target.released_int8_block_bytes == held - first.packed.numel()
+    assert target.cache.written == draft.cache.written == 100  # the pages past the new chat's reply went back
+    budget.resident.now = 0
+    assert budget.before_reply(100) is None  # the caches had nothing more to give back
+
+
 @needs_kernels
 def test_no_budget_where_it_could_drop_nothing(tmp_path: Path):
     pair = q4k_pair(tmp_path)
@@ -187,6 +263,25 @@ def test_a_runtime_checks_its_budget_before_each_reply_and_replies_the_same_afte
     assert 0 < pair.target.runner.int8_block_bytes < held
     assert dropped.token_ids == kept.token_ids
     assert dropped.token_ids == finished(runtime.generate(prompt, params, "target", fresh=True)).token_ids
+
+
+@needs_indices
+def test_a_runtime_takes_the_blocks_back_before_a_new_chats_first_reply_and_replies_the_same(tmp_path: Path):
+    pair = q4k_pair(tmp_path)
+    runtime = Runtime.from_pair(Settings(), pair)
+    assert runtime.memory is not None
+    params = runtime.params(max_new_tokens=8)
+    new_chat = list(range(5, 15))
+    kept = finished(runtime.generate(new_chat, params, "hybrid", fresh=True))
+    held = pair.target.runner.int8_block_bytes
+    runtime.memory.resident = Resident(runtime.memory.limit)  # at the budget: the long chat's reply drops them all
+    finished(runtime.generate([3 + i % 300 for i in range(200)], params, "hybrid"))
+    assert pair.target.runner.int8_block_bytes == 0
+    runtime.memory.resident.now = 0
+    again = finished(runtime.generate(new_chat, params, "hybrid"))  # not fresh: as the chat sends a new chat
+    assert pair.target.runner.int8_block_bytes == held
+    assert runtime.memory.note is not None and "read their int8 blocks again" in runtime.memory.note
+    assert again.token_ids == kept.token_ids
 
 
 def test_the_bench_turns_the_budget_off_unless_given(capsys: pytest.CaptureFixture[str]):

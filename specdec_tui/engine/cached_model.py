@@ -135,6 +135,11 @@ class CachedModel:
         self.last_fed = len(new)
         return logits
 
+    def keep_shared(self, ids: Sequence[int]) -> None:
+        """Crop the cache to what it shares with ``ids`` short of their last position, as a pass scoring
+        ``ids`` would: what it holds past that is forgotten before the pass instead of in it."""
+        self._sync(ids, len(ids) - 1)
+
     def prefill(self, ids: Sequence[int]) -> None:
         """Make the cache hold exactly ``ids``."""
         new = self._sync(ids, len(ids))

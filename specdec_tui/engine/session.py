@@ -58,6 +58,14 @@ class Engine:
         if self.draft is not None:
             self.draft.reset()
 
+    def keep_shared(self, prompt_ids: Sequence[int]) -> None:
+        """Crop both caches to what they share with ``prompt_ids``, as the reply to them would: so that
+        what the caches will hold is known before the reply (a draft that reads some ids as others may
+        be cropped shorter than its pass would, costing that pass a few positions)."""
+        self.target.keep_shared(prompt_ids)
+        if self.draft is not None:
+            self.draft.keep_shared(prompt_ids)
+
     def generate(
         self,
         prompt_ids: Sequence[int],

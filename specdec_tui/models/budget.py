@@ -10,6 +10,10 @@ pages back (``FastLlama.drop_int8_blocks``), as many linears' as the reply needs
 the indices, the replies stay the same token for token, and passes of four rows or more get slower,
 up to what ``lean_target`` makes them from the start once every block is gone. It is checked between
 replies, never inside one.
+
+When a conversation gets shorter (a new chat after a long one), the caches hand back the pages of the
+positions past it, and the target takes back the dropped blocks that fit under the budget, with some slack, again
+(``FastLlama.take_int8_blocks_back``: blocks a mapped file holds, which it pages in again).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ GB = 1e9
 #: What a reply takes besides its keys and values: a prompt pass's activations (``PROMPT_ROWS`` rows),
 #: the step records, the allocator's slack. The default pair's replies took 0.02-0.09 GB of it.
 REPLY_HEADROOM = int(0.1 * GB)
+#: Room left under the budget after taking blocks back: a new chat's next few replies grow the caches
+#: (about 25 MB for a 300-token turn of the default pair) without dropping them again at once.
+TAKE_BACK_SLACK = int(0.1 * GB)
 
 
 @dataclass
@@ -70,18 +77,38 @@ class MemoryBudget:
         return now + unread + self.growth(context) + REPLY_HEADROOM
 
     def before_reply(self, context: int) -> str | None:
-        """Drop as many of the target's int8 blocks as keep a reply whose context ends at ``context``
-        positions under the limit; the one-line note saying so when it drops some, else None."""
+        """Keep a reply whose context ends at ``context`` positions under the limit: drop as many of the
+        target's int8 blocks as that needs, or, where the caches' pages past the conversation went back,
+        take back as many dropped blocks as fit. The one-line note saying so when it did either, else None."""
+        released = sum(model.release_cache_past(context) for model in self.models)
         held, projected = self.target.int8_block_bytes, self.projected(context)
         self.blocks_read = True
-        if projected is None or not held or projected <= self.limit:
+        if projected is None:
             return None
-        now = self.resident() or 0
-        dropped = self.target.drop_int8_blocks(at_least=projected - self.limit)
+        if projected > self.limit and held:
+            return self._drop(context, projected - self.limit)
+        if released and self.target.released_int8_block_bytes:
+            return self._take_back(context, self.limit - TAKE_BACK_SLACK - projected)
+        return None
+
+    def _drop(self, context: int, needed: int) -> str:
+        held, now = self.target.int8_block_bytes, self.resident() or 0
+        dropped = self.target.drop_int8_blocks(at_least=needed)
         left = self.target.int8_block_bytes
         after = self.resident() or now
         self.note = (f"memory: to keep a context of {context} tokens under the {self.limit / GB:.1f} GB budget, "
                      f"{dropped} more of the target's linears read only their 4-bit indices ({(held - left) / GB:.2f} "
                      f"GB of int8 blocks let go, {left / GB:.2f} GB kept; resident {now / GB:.2f} -> {after / GB:.2f} "
                      "GB; the same replies, slower long passes)")
+        return self.note
+
+    def _take_back(self, context: int, room: int) -> str | None:
+        held = self.target.int8_block_bytes
+        taken = self.target.take_int8_blocks_back(at_most=room)
+        if not taken:
+            return None
+        self.note = (f"memory: a context of {context} tokens leaves room under the {self.limit / GB:.1f} GB budget, so "
+                     f"{taken} of the target's linears read their int8 blocks again ({held / GB:.2f} -> "
+                     f"{self.target.int8_block_bytes / GB:.2f} GB held, {self.target.released_int8_block_bytes / GB:.2f} "
+                     "GB still let go)")
         return self.note

@@ -409,9 +409,40 @@ class FastLlama:
                 remaining -= linear.packed.numel()
                 linear.drop_blocks()
                 dropped += 1
+        self._linears_changed()
+        return dropped
+
+    @property
+    def released_int8_block_bytes(self) -> int:
+        """The bytes of dropped int8 blocks a mapped file still holds (what ``take_int8_blocks_back`` can
+        take back)."""
+        return sum(linear.released_blocks.numel() for linear in self._indexed_linears()
+                   if linear.released_blocks is not None)
+
+    def take_int8_blocks_back(self, at_most: int) -> int:
+        """Undo ``drop_int8_blocks`` for as many linears, the latest dropped first (the lowest layer's), as
+        hold at most ``at_most`` bytes of blocks between them, so that the dropped ones stay the last
+        layers'. The same numbers; passes of four rows or more read the blocks again. Returns how many
+        linears took theirs back."""
+        taken = 0
+        for linear in self._indexed_linears():
+            if linear.released_blocks is None:
+                continue
+            if linear.released_blocks.numel() > at_most:
+                break
+            at_most -= linear.take_blocks_back()
+            taken += 1
+        self._linears_changed()
+        return taken
+
+    def _linears_changed(self) -> None:
         if self.kernel_layers is not None:  # they hold the linears' tensors too
             self.kernel_layers = kernel_layer_args(self.layers)
-        return dropped
+
+    def release_cache_past(self, positions: int) -> int:
+        """Hand back the cache's pages past ``positions`` and past what it holds now (positions a longer
+        conversation wrote, which nothing reads again); the bytes handed back."""
+        return self.cache.release_past(max(positions, self.length))
 
     def _grow(self, needed: int) -> None:
         self.use_cache(self.cache.grown(max(needed, 2 * self.cache.capacity), self.length))

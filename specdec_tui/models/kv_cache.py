@@ -52,9 +52,29 @@ class KVCache:
         grown.written = length
         return grown
 
+    def release_past(self, positions: int) -> int:
+        """Hand back the whole pages that hold only positions from ``positions`` on, in every layer and
+        head (they read as zeros until written again); the bytes handed back."""
+        if positions >= self.written:
+            return 0
+        first = self.keys[0].data_ptr()
+        released = 0
+        for plane in (part[head] for tensors in (self.keys, self.values) for part in tensors
+                      for head in range(part.shape[0])):
+            start = plane.data_ptr() - first + positions * plane.stride(0) * plane.element_size()
+            released += self._release_range(start, plane.data_ptr() - first + plane.numel() * plane.element_size())
+        self.written = positions
+        return released
+
     def _release(self, layer: int) -> None:
-        """Drop the whole pages inside ``layer``'s range (madvise takes ranges from a page's start)."""
-        start = -(-layer * self.layer_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
-        end = (layer + 1) * self.layer_bytes // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > start:
-            self.mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
+        self._release_range(layer * self.layer_bytes, (layer + 1) * self.layer_bytes)
+
+    def _release_range(self, start: int, end: int) -> int:
+        """Drop the whole pages inside bytes ``start`` to ``end`` of the mapping (madvise takes ranges from a
+        page's start); the bytes dropped."""
+        start = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = end // mmap.PAGESIZE * mmap.PAGESIZE
+        if end <= start:
+            return 0
+        self.mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
+        return end - start

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from specdec_tui.models import quantized_kernels
-from specdec_tui.models.memory import release_pages
+from specdec_tui.models.memory import file_mapped, release_pages
 from specdec_tui.models.q4k import Q4kParts, q4k_weight
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
@@ -189,7 +189,10 @@ class IndexedInt8Linear(PackedInt8Linear):
     their bytes, 4-bit indices into each column's tables (``quantized_kernels.index_tables``). A call
     of a few rows reads the indices where the processor has AVX-512 VNNI, other calls the blocks; the
     numbers are the same either way. The tables round the weights as ``pack_int8`` does, to within
-    1/16 of a step more. After ``drop_blocks`` every call reads the indices."""
+    1/16 of a step more. After ``drop_blocks`` every call reads the indices, until ``take_blocks_back``."""
+
+    #: Dropped blocks that a mapped file still holds (``take_blocks_back`` reads them again), or None.
+    released_blocks: torch.Tensor | None = None
 
     def __init__(self, linear: nn.Linear, parts: Q4kParts) -> None:
         nn.Module.__init__(self)
@@ -203,10 +206,21 @@ class IndexedInt8Linear(PackedInt8Linear):
 
     def drop_blocks(self) -> None:
         """Keep only the indices (with the scales and column sums both forms share): every call reads
-        them, which needs AVX-512 VNNI, and the blocks' memory is never touched again. Blocks in a
-        mapped file that earlier calls read hand their pages back (``memory.release_pages``)."""
-        release_pages(self.packed)
+        them, which needs AVX-512 VNNI, and the blocks' memory is not touched again. Blocks in a mapped
+        file hand their pages back (``memory.release_pages``) and can be taken back; blocks packed in
+        this process's memory are freed for good."""
+        if self.packed.numel() and file_mapped(self.packed):
+            release_pages(self.packed)
+            self.released_blocks = self.packed
         self.packed = torch.empty(0, dtype=torch.int8)
+
+    def take_blocks_back(self) -> int:
+        """Read the released blocks again (the file pages them in as calls read them): calls of four rows
+        or more go back to the blocks. Returns their bytes (0 where there are none to take back)."""
+        if self.released_blocks is None:
+            return 0
+        self.packed, self.released_blocks = self.released_blocks, None
+        return self.packed.numel()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.ops.specdec.indexed_int8_linear(

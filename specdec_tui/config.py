@@ -72,6 +72,10 @@ class ModelSettings(BaseModel):
     kv_cache: KvCacheName = Field(
         "float32", description="keys and values kept per position: float32, or float16 (half the memory, other numbers)"
     )
+    draft_kv_cache: KvCacheName | None = Field(
+        None, description="the draft's keys and values, where not kv_cache's: float16 alone halves the draft's memory "
+        "and keeps the replies the target's (the draft only proposes)"
+    )
     lean_target: bool = Field(
         False, description="target keeps only the 4-bit form of its Q4_K weights (AVX-512 VNNI): "
         "about 1.1 GB less memory, slower verify passes"
@@ -405,6 +409,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--draft-precision": ("models", "draft_precision"),
     "--draft-head-tokens": ("models", "draft_head_tokens"),
     "--kv-cache": ("models", "kv_cache"),
+    "--draft-kv-cache": ("models", "draft_kv_cache"),
     "--lean-target": ("models", "lean_target"),
     "--memory-budget-gb": ("models", "memory_budget_gb"),
     "--device": ("models", "device"),

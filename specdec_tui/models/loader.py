@@ -505,10 +505,11 @@ def load_pair(
     progress: ProgressFn = no_progress,
     draft_head_tokens: int | None = None,
     kv_cache: str = "float32",
+    draft_kv_cache: str | None = None,
     lean_target: bool = False,
 ) -> ModelPair:
-    """The ``target`` and its ``draft`` (None: target only). ``lean_target``: ``load_model``'s ``lean``
-    for the target."""
+    """The ``target`` and its ``draft`` (None: target only), their caches' elements ``kv_cache`` and
+    ``draft_kv_cache`` (None: ``kv_cache``). ``lean_target``: ``load_model``'s ``lean`` for the target."""
     cache = ModelCache(cache_dir)
     resolved = resolve_device(device)
     tokenizers: Tokenizers = {}
@@ -518,7 +519,7 @@ def load_pair(
         return ModelPair(target_model, None)
     return ModelPair(target_model, load_draft(target_model, draft, precision=draft_precision, cache=cache,
                                               progress=progress, head_tokens=draft_head_tokens,
-                                              tokenizers=tokenizers, kv_cache=kv_cache))
+                                              tokenizers=tokenizers, kv_cache=draft_kv_cache or kv_cache))
 
 
 def load_draft(target: LoadedModel, draft: str, *, precision: str, cache: ModelCache,

@@ -82,7 +82,8 @@ class ModelSettings(BaseModel):
     )
     memory_budget_gb: float = Field(
         3.0, ge=0, description="resident memory to stay under: before a reply could pass it, the target drops "
-        "its int8 blocks as lean_target does (the same replies, slower long passes; AVX-512 VNNI); 0 = none"
+        "its int8 blocks as lean_target does (AVX-512 VNNI; slower long passes), then the draft keeps its cache "
+        "in float16 (the same replies either way); 0 = none"
     )
     device: str = Field("auto", description="auto, cpu or cuda")
     cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="presets' GGUF files and packed weights")

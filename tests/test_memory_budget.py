@@ -226,17 +226,50 @@ def test_a_budget_takes_back_what_fits_once_a_shorter_conversation_hands_the_cac
 
 
 @needs_kernels
-def test_no_budget_where_it_could_drop_nothing(tmp_path: Path):
+def test_no_budget_where_it_could_do_nothing_and_one_that_only_narrows_the_draft_where_blocks_must_stay(
+        tmp_path: Path):
     pair = q4k_pair(tmp_path)
     assert MemoryBudget.for_pair(pair, 0) is None
     save_tiny_gguf(tmp_path / "plain.gguf")  # float linears: int8 blocks only, no indices to fall back on
     plain = load_pair(str(tmp_path / "plain.gguf"), None, precision="int8", draft_precision="int4", device="cpu",
                       cache_dir=tmp_path / "cache")
-    assert MemoryBudget.for_pair(plain, 3.0) is None
+    assert MemoryBudget.for_pair(plain, 3.0) is None  # no blocks it may drop, and no draft
+    with quantized_kernels.using_instruction_set("avx2"):  # the blocks are all this processor reads
+        budget = MemoryBudget.for_pair(pair, 3.0)
+        assert budget is not None and not budget.drops_blocks and budget.draft is pair.draft.runner
+        assert budget.blocks_read  # every pass reads them, the load's warm-up pass too
+        pair.draft.runner.keep_kv_in(torch.float16)
+        assert MemoryBudget.for_pair(pair, 3.0) is None  # and the draft's cache is float16 already
     if quantized_kernels.reads_indices():
-        with quantized_kernels.using_instruction_set("avx2"):
-            assert MemoryBudget.for_pair(pair, 3.0) is None  # the blocks are all this processor reads
-        assert MemoryBudget.for_pair(pair, 3.0) is not None
+        budget = MemoryBudget.for_pair(pair, 3.0)
+        assert budget is not None and budget.drops_blocks and budget.draft is not None
+
+
+@needs_kernels
+@pytest.mark.parametrize("instruction_set", ["avx2", "avx512_vnni"])
+def test_past_the_blocks_a_budget_narrows_the_drafts_cache_to_float16_keeping_what_it_holds(
+        tmp_path: Path, instruction_set: str):
+    if instruction_set not in quantized_kernels.instruction_sets():
+        pytest.skip(f"this processor cannot run the kernels' {instruction_set} products")
+    with quantized_kernels.using_instruction_set(instruction_set):
+        pair = q4k_pair(tmp_path)
+        runtime = Runtime.from_pair(Settings(), pair)
+        target, draft, budget = pair.target.runner, pair.draft.runner, runtime.memory
+        assert isinstance(target, FastLlama) and isinstance(draft, FastLlama) and budget is not None
+        params = runtime.params(max_new_tokens=16)
+        prompt = [3 + i % 300 for i in range(40)]
+        kept = finished(runtime.generate(prompt, params, "hybrid", fresh=True))
+        held, length = target.int8_block_bytes, draft.length
+        before = draft.cache.keys[0][:, :length].clone()
+        budget.resident = Resident(budget.limit + 10 * held)  # far past: more than every block
+        note = budget.before_reply(len(prompt) + 16)
+        assert note is not None and "the draft keeps its keys and values in float16 from now on" in note
+        assert draft.cache.dtype == torch.float16 and draft.length == length
+        assert torch.equal(draft.cache.keys[0][:, :length], before.half())  # what it held, rounded to nearest
+        assert target.int8_block_bytes == (0 if budget.drops_blocks else held)
+        assert budget.before_reply(len(prompt) + 16) is None  # nothing left to do
+        narrowed = finished(runtime.generate(prompt, params, "hybrid"))
+        assert narrowed.token_ids == kept.token_ids  # the draft only proposes
 
 
 def finished(events: object) -> FinishedEvent:

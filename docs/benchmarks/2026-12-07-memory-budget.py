@@ -10,12 +10,13 @@ chat of two short questions, after which the budget takes back the blocks that f
 ``--compare``, each reply is also decoded target-only from fresh caches and must be identical.
 
 ``--instruction-set avx2`` runs the products as a processor without AVX-512 VNNI does: the target then
-reads only its int8 blocks, so the budget has nothing to drop, and the run shows where such a host's
-chat passes the budget.
+reads only its int8 blocks, so the budget's one step is the draft's cache, and the run shows where such
+a host's chat passes the budget.
 
 Run: .venv/bin/python docs/benchmarks/2026-12-07-memory-budget.py [TURNS] [--compare] [--instruction-set NAME]
-Outputs of 2026-12-07 (Zen 4 EPYC): 2026-12-07-memory-budget.txt (4 --compare), -memory-budget-22.txt (22),
--memory-budget-avx2.txt beside this file.
+Outputs of 2026-12-07 (Zen 4 EPYC), beside this file: 2026-12-07-memory-budget.txt (4 --compare),
+-memory-budget-22.txt (22), -memory-budget-26.txt (26, the draft's cache narrowed past the blocks),
+-memory-budget-avx2.txt (20 --instruction-set avx2) and -avx2-before.txt (18, before the budget acted there).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A memory budget for a loaded pair: before a reply could take the process past it, the target lets
-its int8 blocks go.
+its int8 blocks go, and once they are gone, the draft keeps its keys and values in float16.
 
 A target packed from a GGUF's Q4_K tensors holds those linears two ways with the same numbers: int8
 blocks, which calls of four rows or more read, and 4-bit indices, which shorter calls read (on AVX-512
@@ -11,6 +11,11 @@ the indices, the replies stay the same token for token, and passes of four rows 
 up to what ``lean_target`` makes them from the start once every block is gone. It is checked between
 replies, never inside one.
 
+Where that is not enough (every block gone, or a processor without AVX-512 VNNI, whose target reads
+only its blocks), the draft's cache is narrowed to float16 in place (``FastLlama.convert_kv_to``): half
+the draft's share of each position, and the replies stay the target's, since the draft only proposes.
+It stays float16 for the rest of the process.
+
 When a conversation gets shorter (a new chat after a long one), the caches hand back the pages of the
 positions past it, and the target takes back the dropped blocks that fit under the budget, with some slack, again
 (``FastLlama.take_int8_blocks_back``: blocks a mapped file holds, which it pages in again).
@@ -20,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import torch
 
 from specdec_tui.models import quantized_kernels
 from specdec_tui.models.fast_llama import FastLlama
@@ -37,30 +44,40 @@ TAKE_BACK_SLACK = int(0.1 * GB)
 
 @dataclass
 class MemoryBudget:
-    """Keeps the process under ``limit`` bytes as far as dropping ``target``'s int8 blocks can.
-    ``models``: every model whose cache grows with the context (the target and the draft)."""
+    """Keeps the process under ``limit`` bytes as far as dropping ``target``'s int8 blocks (where
+    ``drops_blocks``) and narrowing ``draft``'s cache can. ``models``: every model whose cache grows with
+    the context (the target and the draft)."""
 
     limit: int
     target: FastLlama
     models: tuple[FastLlama, ...]
+    draft: FastLlama | None = None
+    drops_blocks: bool = True
     resident: Callable[[], int | None] = resident_bytes
-    #: Whether the blocks are resident: mapped from a packed file, not until a reply has read them;
-    #: packed in this process (a first start), from the start.
+    #: Whether the blocks are resident: mapped from a packed file, not until a pass of four rows or more
+    #: has read them (every pass, where they cannot be dropped); packed in this process (a first start),
+    #: from the start.
     blocks_read: bool = False
     #: What the budget last dropped and why (one line), once it has.
     note: str | None = field(default=None, init=False)
 
     @classmethod
     def for_pair(cls, pair: ModelPair, limit_gb: float) -> MemoryBudget | None:
-        """The budget of ``limit_gb`` GB for ``pair``, or None where it could do nothing: no budget (0),
-        a target without int8 blocks to drop, or a processor that needs them (no AVX-512 VNNI)."""
+        """The budget of ``limit_gb`` GB for ``pair``, or None where it could do nothing: no budget (0), a
+        target not of the package's forward, or neither int8 blocks it can drop (it has none, or the
+        processor needs them: no AVX-512 VNNI) nor a draft whose cache is float32."""
         target = pair.target.runner
-        if (limit_gb <= 0 or not isinstance(target, FastLlama) or not target.int8_block_bytes
-                or not quantized_kernels.reads_indices()):
+        if limit_gb <= 0 or not isinstance(target, FastLlama):
             return None
+        drops_blocks = bool(target.int8_block_bytes) and quantized_kernels.reads_indices()
         draft = pair.draft.runner if pair.draft is not None else None
-        models = (target, draft) if isinstance(draft, FastLlama) else (target,)
-        return cls(int(limit_gb * GB), target, models, blocks_read=not target.int8_blocks_mapped)
+        draft = draft if isinstance(draft, FastLlama) else None
+        if not drops_blocks and (draft is None or draft.cache.dtype != torch.float32):
+            return None
+        models = (target, draft) if draft is not None else (target,)
+        # Where the blocks are all a pass reads, the load's warm-up pass has read them.
+        blocks_read = not target.int8_blocks_mapped or not drops_blocks
+        return cls(int(limit_gb * GB), target, models, draft, drops_blocks, blocks_read=blocks_read)
 
     def growth(self, context: int) -> int:
         """The bytes the caches add before they hold ``context`` positions."""
@@ -78,17 +95,29 @@ class MemoryBudget:
 
     def before_reply(self, context: int) -> str | None:
         """Keep a reply whose context ends at ``context`` positions under the limit: drop as many of the
-        target's int8 blocks as that needs, or, where the caches' pages past the conversation went back,
-        take back as many dropped blocks as fit. The one-line note saying so when it did either, else None."""
+        target's int8 blocks as that needs, and past them narrow the draft's cache; or, where the caches'
+        pages past the conversation went back, take back as many dropped blocks as fit. The one-line note
+        saying what it did, else None."""
         released = sum(model.release_cache_past(context) for model in self.models)
         held, projected = self.target.int8_block_bytes, self.projected(context)
         self.blocks_read = True
         if projected is None:
             return None
-        if projected > self.limit and held:
-            return self._drop(context, projected - self.limit)
+        if projected > self.limit:
+            notes = []
+            if self.drops_blocks and held:
+                notes.append(self._drop(context, projected - self.limit))
+                projected -= held - self.target.int8_block_bytes
+            if projected > self.limit and self.draft is not None and self.draft.cache.dtype == torch.float32:
+                notes.append(self._narrow_draft(context))
+            if not notes:
+                return None
+            self.note = "; ".join(notes[:1] + [note.removeprefix("memory: ") for note in notes[1:]])
+            return self.note
         if released and self.target.released_int8_block_bytes:
-            return self._take_back(context, self.limit - TAKE_BACK_SLACK - projected)
+            taken = self._take_back(context, self.limit - TAKE_BACK_SLACK - projected)
+            self.note = taken or self.note
+            return taken
         return None
 
     def _drop(self, context: int, needed: int) -> str:
@@ -96,19 +125,26 @@ class MemoryBudget:
         dropped = self.target.drop_int8_blocks(at_least=needed)
         left = self.target.int8_block_bytes
         after = self.resident() or now
-        self.note = (f"memory: to keep a context of {context} tokens under the {self.limit / GB:.1f} GB budget, "
-                     f"{dropped} more of the target's linears read only their 4-bit indices ({(held - left) / GB:.2f} "
-                     f"GB of int8 blocks let go, {left / GB:.2f} GB kept; resident {now / GB:.2f} -> {after / GB:.2f} "
-                     "GB; the same replies, slower long passes)")
-        return self.note
+        return (f"memory: to keep a context of {context} tokens under the {self.limit / GB:.1f} GB budget, "
+                f"{dropped} more of the target's linears read only their 4-bit indices ({(held - left) / GB:.2f} "
+                f"GB of int8 blocks let go, {left / GB:.2f} GB kept; resident {now / GB:.2f} -> {after / GB:.2f} "
+                "GB; the same replies, slower long passes)")
+
+    def _narrow_draft(self, context: int) -> str:
+        assert self.draft is not None
+        now = self.resident() or 0
+        self.draft.convert_kv_to(torch.float16)
+        after = self.resident() or now
+        return (f"memory: to keep a context of {context} tokens under the {self.limit / GB:.1f} GB budget, the "
+                f"draft keeps its keys and values in float16 from now on (resident {now / GB:.2f} -> {after / GB:.2f} "
+                "GB; the same replies)")
 
     def _take_back(self, context: int, room: int) -> str | None:
         held = self.target.int8_block_bytes
         taken = self.target.take_int8_blocks_back(at_most=room)
         if not taken:
             return None
-        self.note = (f"memory: a context of {context} tokens leaves room under the {self.limit / GB:.1f} GB budget, so "
-                     f"{taken} of the target's linears read their int8 blocks again ({held / GB:.2f} -> "
-                     f"{self.target.int8_block_bytes / GB:.2f} GB held, {self.target.released_int8_block_bytes / GB:.2f} "
-                     "GB still let go)")
-        return self.note
+        return (f"memory: a context of {context} tokens leaves room under the {self.limit / GB:.1f} GB budget, so "
+                f"{taken} of the target's linears read their int8 blocks again ({held / GB:.2f} -> "
+                f"{self.target.int8_block_bytes / GB:.2f} GB held, {self.target.released_int8_block_bytes / GB:.2f} "
+                "GB still let go)")

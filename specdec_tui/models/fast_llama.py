@@ -370,6 +370,12 @@ class FastLlama:
         self.cache = cache
         self.cos, self.sin = self._rotary(torch.arange(cache.capacity))
 
+    def convert_kv_to(self, dtype: torch.dtype) -> None:
+        """Keep keys and values as ``dtype`` from now on, the positions held converted (rounded to nearest
+        where narrower): for a draft, whose numbers only decide what it proposes."""
+        if dtype != self.cache.dtype:
+            self.use_cache(self.cache.grown(self.cache.capacity, self.length, dtype))
+
     def keep_kv_in(self, dtype: torch.dtype) -> None:
         """Keep keys and values as ``dtype`` (float16 or float32) from now on, in an empty cache."""
         if dtype != self.cache.dtype:

@@ -40,11 +40,12 @@ class KVCache:
         self.keys: list[torch.Tensor] = [layer[0] for layer in every]
         self.values: list[torch.Tensor] = [layer[1] for layer in every]
 
-    def grown(self, capacity: int, length: int) -> KVCache:
-        """A cache of ``capacity`` positions holding this one's first ``length``. This one's pages go back
-        to the system as each layer is copied: do not use it afterwards."""
+    def grown(self, capacity: int, length: int, dtype: torch.dtype | None = None) -> KVCache:
+        """A cache of ``capacity`` positions holding this one's first ``length``, as ``dtype`` where given
+        (narrowed rounded to nearest, as the kernels write float16). This one's pages go back to the
+        system as each layer is copied: do not use it afterwards."""
         layers, (kv_heads, _, head_dim) = len(self.keys), self.keys[0].shape
-        grown = KVCache(layers, kv_heads, head_dim, capacity, self.dtype)
+        grown = KVCache(layers, kv_heads, head_dim, capacity, dtype or self.dtype)
         for i in range(layers):
             grown.keys[i][:, :length] = self.keys[i][:, :length]
             grown.values[i][:, :length] = self.values[i][:, :length]

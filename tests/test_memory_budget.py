@@ -225,6 +225,25 @@ def test_a_budget_takes_back_what_fits_once_a_shorter_conversation_hands_the_cac
     assert budget.before_reply(100) is None  # the caches had nothing more to give back
 
 
+@needs_indices
+def test_a_lean_target_never_takes_its_blocks_back_and_its_budget_drops_none(tmp_path: Path):
+    save_tiny_gguf(tmp_path / "tiny.gguf", q4k_linears=True)
+    for _ in range(2):  # the second load maps the packed entry the first one stored
+        pair = load_pair(str(tmp_path / "tiny.gguf"), str(tmp_path / "tiny.gguf"), precision="int8",
+                         draft_precision="int4", device="cpu", cache_dir=tmp_path / "cache", lean_target=True)
+    target, draft = pair.target.runner, pair.draft.runner
+    assert isinstance(target, FastLlama) and isinstance(draft, FastLlama)
+    assert target.int8_block_bytes == 0 and target.released_int8_block_bytes > 0  # dropped at the load
+    budget = MemoryBudget.for_pair(pair, 1.0)
+    assert budget is not None and not budget.drops_blocks
+    budget.resident = Resident(0)
+    for model in (target, draft):  # a long conversation, then a new chat with all the room there is
+        model.forward([3 + i % 300 for i in range(1000)], 1)
+        model.reset()
+    assert budget.before_reply(100) is None
+    assert target.int8_block_bytes == 0 and draft.cache.written == 100
+
+
 @needs_kernels
 def test_no_budget_where_it_could_do_nothing_and_one_that_only_narrows_the_draft_where_blocks_must_stay(
         tmp_path: Path):

@@ -17,8 +17,9 @@ the draft's share of each position, and the replies stay the target's, since the
 It stays float16 for the rest of the process.
 
 When a conversation gets shorter (a new chat after a long one), the caches hand back the pages of the
-positions past it, and the target takes back the dropped blocks that fit under the budget, with some slack, again
-(``FastLlama.take_int8_blocks_back``: blocks a mapped file holds, which it pages in again).
+positions past it, and the target takes back as many of the blocks it dropped as fit under the budget
+with some slack (``FastLlama.take_int8_blocks_back``: blocks a mapped file holds, which it pages in
+again). A lean target's blocks, dropped at its load, never come back.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class MemoryBudget:
                 return None
             self.note = "; ".join(notes[:1] + [note.removeprefix("memory: ") for note in notes[1:]])
             return self.note
-        if released and self.target.released_int8_block_bytes:
+        if released and self.drops_blocks and self.target.released_int8_block_bytes:
             taken = self._take_back(context, self.limit - TAKE_BACK_SLACK - projected)
             self.note = taken or self.note
             return taken

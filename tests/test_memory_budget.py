@@ -138,6 +138,13 @@ def test_a_cache_hands_back_the_pages_past_a_position_and_keeps_the_positions_be
         assert float(layer[:, 4095].abs().sum()) == 0.0  # handed back: zeros until written again
 
 
+def long_conversation_then_new_chat(*models: FastLlama) -> None:
+    """Each model's cache writes 1,000 positions, then is emptied: what a new chat leaves behind."""
+    for model in models:
+        model.forward([3 + i % 300 for i in range(1000)], 1)
+        model.reset()
+
+
 class Resident:
     """A process whose resident memory the test sets."""
 
@@ -209,9 +216,7 @@ def test_a_budget_takes_back_what_fits_once_a_shorter_conversation_hands_the_cac
     budget.resident.now = 0
     assert budget.before_reply(100) is None  # room, but the caches gave nothing back: nothing comes back
     assert target.int8_block_bytes == 0
-    for model in (target, draft):  # a long conversation, then a new chat
-        model.forward([3 + i % 300 for i in range(1000)], 1)
-        model.reset()
+    long_conversation_then_new_chat(target, draft)
     first, second = target.layers[0].qkv, target.layers[0].out_proj  # the first two linears
     assert first.released_blocks is not None and second.released_blocks is not None
     room = first.released_blocks.numel() + second.released_blocks.numel() - 1  # the first fits, not the second
@@ -237,9 +242,7 @@ def test_a_lean_target_never_takes_its_blocks_back_and_its_budget_drops_none(tmp
     budget = MemoryBudget.for_pair(pair, 1.0)
     assert budget is not None and not budget.drops_blocks
     budget.resident = Resident(0)
-    for model in (target, draft):  # a long conversation, then a new chat with all the room there is
-        model.forward([3 + i % 300 for i in range(1000)], 1)
-        model.reset()
+    long_conversation_then_new_chat(target, draft)  # with all the room there is
     assert budget.before_reply(100) is None
     assert target.int8_block_bytes == 0 and draft.cache.written == 100
 

@@ -58,12 +58,12 @@ class KVCache:
         head (they read as zeros until written again); the bytes handed back."""
         if positions >= self.written:
             return 0
-        first = self.keys[0].data_ptr()
-        released = 0
-        for plane in (part[head] for tensors in (self.keys, self.values) for part in tensors
-                      for head in range(part.shape[0])):
-            start = plane.data_ptr() - first + positions * plane.stride(0) * plane.element_size()
-            released += self._release_range(start, plane.data_ptr() - first + plane.numel() * plane.element_size())
+        # The mapping is planes of (layer, keys or values, head) after one another, each a position a row.
+        planes = len(self.keys) * 2 * self.keys[0].shape[0]
+        plane_bytes = self.layer_bytes * len(self.keys) // planes
+        row_bytes = plane_bytes // self.capacity
+        released = sum(self._release_range(plane * plane_bytes + positions * row_bytes, (plane + 1) * plane_bytes)
+                       for plane in range(planes))
         self.written = positions
         return released
 

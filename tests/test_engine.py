@@ -401,6 +401,14 @@ def test_every_mode_teaches_one_verify_cost_table_that_all_drafters_read():
     assert all(p.verify_cost is engine.decoder.verify_cost for p in engine.policies.values())
 
 
+def test_each_verify_cost_is_kept_with_the_context_length_its_pass_followed():
+    engine = tiny_engine("qwen2", eos_ids=frozenset())
+    run(engine, "model", DecodeParams(k=3, max_new_tokens=12))
+    table = engine.decoder.verify_cost
+    assert set(table.measured_at) == set(table.measured)
+    assert all(len(PROMPT) <= at < len(PROMPT) + 12 for at in table.measured_at.values())
+
+
 def test_a_draft_cost_learnt_far_too_dear_comes_down_through_the_probes_of_the_next_reply():
     # As after a draft that another process slowed for a second: the policy stops drafting, and
     # only its probes, each first reading the tokens of the plain steps before it, can show it

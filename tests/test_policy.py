@@ -111,6 +111,22 @@ def test_after_a_replys_first_pass_a_plain_steps_pass_is_learnt_at_its_cost():
     assert cost(1) == pytest.approx(0.7 * 0.06 + 0.3 * 0.06 / 1.25)  # later ones are clipped
 
 
+def test_verify_costs_measured_far_from_the_current_context_are_forgotten():
+    # Every row attends to the whole context: a chat's early costs say nothing about a pass 8,000
+    # positions on, and a cheap 9-row figure would cap every row count below it.
+    cost = VerifyCost(forget_after=512)
+    cost.observe(step(8, 0, verify_s=0.056), context=100)
+    cost.observe(step(2, 0, verify_s=0.040), context=300)
+    cost.observe(step(4, 0, verify_s=0.045), context=600)  # 500 positions from the first: kept
+    assert set(cost.measured) == {3, 5, 9}
+    cost.observe(step(2, 0, verify_s=0.078), context=8000)
+    assert cost.measured == {3: pytest.approx(0.078)}  # believed, not clipped to the old guesses
+    assert cost(3) == pytest.approx(0.078)  # no longer capped by the old 9-row pass
+    assert cost(9) == pytest.approx(0.078 * (1 + 0.1 * 6))  # one measurement: the prior slope
+    cost.observe(step(2, 0, verify_s=0.030), context=200)  # a new, short chat forgets the long one's
+    assert cost.measured == {3: pytest.approx(0.030)}
+
+
 def test_a_step_in_the_verify_curve_is_charged_over_the_rows_around_it_not_to_one_row():
     # Five rows a pass over the weights: 1-5 rows cost one pass, 6-10 two.
     cost = VerifyCost()

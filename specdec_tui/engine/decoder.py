@@ -175,10 +175,10 @@ class SpeculativeDecoder:
                     break
                 continue  # a failed pass: nothing was emitted, so the same context is tried again
             draft, emitted, hit_eos, record = step
+            if not record.degraded:
+                self.verify_cost.observe(record, len(context))
             context.extend(emitted)
             records.append(record)
-            if not record.degraded:
-                self.verify_cost.observe(record)
             if drafter is not None and not record.degraded:
                 drafter.observe(record, draft.source)
             ttft = ttft if ttft is not None else time.perf_counter() - start

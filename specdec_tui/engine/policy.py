@@ -72,27 +72,44 @@ def _ema(old: float | None, new: float, weight: float = 0.3) -> float:
 MOST_OVER_EXPECTED = 1.25
 
 
+#: How far (in positions) the context may move from where a row count's cost was last measured
+#: before that measurement is forgotten. Every row of a pass attends to the whole context, so the
+#: costs grow with it: on the Zen 4 a pass over 9 rows took 56 ms after 100 positions and 170-185 ms
+#: after 8,000. A table kept from a chat's short first replies still said 91 ms for it at the end
+#: of a reply there, since it caps a row count at the cheapest figure of any over more rows and
+#: clips each pass to a quarter over what it expected; so it drafted as deep as at the start.
+FORGET_AFTER_POSITIONS = 512
+
+
 class VerifyCost:
     """Seconds one target pass over a number of rows takes, learnt from every step of every mode.
 
     The cost belongs to the target, not to a drafter, so all drafters' policies read one table.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, forget_after: int = FORGET_AFTER_POSITIONS) -> None:
         self.measured: dict[int, float] = {}
+        #: The context length at each row count's latest measurement.
+        self.measured_at: dict[int, int] = {}
+        self.forget_after = forget_after
 
-    def observe(self, record: StepRecord) -> None:
-        """Average in one pass, first clipped to within a quarter of what the table expected of it
+    def observe(self, record: StepRecord, context: int = 0) -> None:
+        """Average in one pass over ``record.rows`` rows after ``context`` positions, first
+        forgetting the row counts last measured more than ``forget_after`` positions away, then
+        clipping the pass to within a quarter of what the table expected of it
         (``MOST_OVER_EXPECTED``, and as much below it). A row count's first pass is only held to at
         most a quarter over the table's guess: nothing makes a pass cheaper than its work, so a
         first pass under the guess is believed (for fewer rows than measured, the guess is the most
         they can cost)."""
+        for rows in [rows for rows, at in self.measured_at.items() if abs(context - at) > self.forget_after]:
+            del self.measured[rows], self.measured_at[rows]
         seconds = record.verify_s
         if self.measured:
             expected = self(record.rows)
             least = expected / MOST_OVER_EXPECTED if record.rows in self.measured else 0.0
             seconds = min(max(seconds, least), expected * MOST_OVER_EXPECTED)
         self.measured[record.rows] = _ema(self.measured.get(record.rows), seconds)
+        self.measured_at[record.rows] = context
 
     def __call__(self, rows: int) -> float:
         """Measured for ``rows``, else on a line through the measurements (below the fewest rows

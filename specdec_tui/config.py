@@ -88,6 +88,11 @@ class ModelSettings(BaseModel):
     device: str = Field("auto", description="auto, cpu or cuda")
     cache_dir: Path = Field(Path(platformdirs.user_cache_dir(APP)), description="presets' GGUF files and packed weights")
 
+    @property
+    def draft_cache(self) -> KvCacheName:
+        """What the draft's cache keeps per position: ``draft_kv_cache``, where given, else ``kv_cache``."""
+        return self.draft_kv_cache or self.kv_cache
+
 
 class DecodingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")

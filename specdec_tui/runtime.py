@@ -89,7 +89,7 @@ def load_pair_for(settings: Settings, progress: ProgressFn = no_progress) -> Mod
     return load_pair(models.target, models.draft, precision=models.precision,
                      draft_precision=models.draft_precision, device=models.device, cache_dir=models.cache_dir,
                      progress=progress, draft_head_tokens=models.draft_head_tokens, kv_cache=models.kv_cache,
-                     draft_kv_cache=models.draft_kv_cache, lean_target=models.lean_target)
+                     draft_kv_cache=models.draft_cache, lean_target=models.lean_target)
 
 
 @dataclass
@@ -189,7 +189,7 @@ def with_draft(runtime: Runtime, draft: str, precision: str, head_tokens: int | 
     settings = draft_settings(runtime.settings, draft, precision, head_tokens)
     loaded = load_draft(runtime.pair.target, draft, precision=precision, cache=ModelCache(settings.models.cache_dir),
                         progress=progress, head_tokens=head_tokens,
-                        kv_cache=settings.models.draft_kv_cache or settings.models.kv_cache)
+                        kv_cache=settings.models.draft_cache)
     return Runtime.from_pair(settings, ModelPair(runtime.pair.target, loaded), runtime.observers)
 
 

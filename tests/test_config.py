@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specdec_tui.config import (
+    ModelSettings,
     SettingsError,
     add_settings_flags,
     describe_settings,
@@ -168,3 +169,10 @@ def test_resilience_settings_are_validated(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SPECDEC_RESILIENCE__FAIL_MAX", "0")
     with pytest.raises(SettingsError, match="resilience.fail_max = '0'"):
         load_settings()
+
+
+def test_the_drafts_cache_is_kv_caches_unless_draft_kv_cache_says_otherwise():
+    assert ModelSettings().draft_cache == "float32"
+    assert ModelSettings(kv_cache="float16").draft_cache == "float16"
+    assert ModelSettings(kv_cache="float16", draft_kv_cache="float32").draft_cache == "float32"
+    assert ModelSettings(draft_kv_cache="float16").draft_cache == "float16"

@@ -84,7 +84,9 @@ FORGET_AFTER_POSITIONS = 512
 class VerifyCost:
     """Seconds one target pass over a number of rows takes, learnt from every step of every mode.
 
-    The cost belongs to the target, not to a drafter, so all drafters' policies read one table.
+    The cost belongs to the target, not to a drafter, so all drafters' policies read one table. A
+    row count's cost holds for the context it was measured at: it is forgotten once the context is
+    ``forget_after`` positions from there (``FORGET_AFTER_POSITIONS``).
     """
 
     def __init__(self, forget_after: int = FORGET_AFTER_POSITIONS) -> None:
@@ -102,7 +104,8 @@ class VerifyCost:
         first pass under the guess is believed (for fewer rows than measured, the guess is the most
         they can cost)."""
         for rows in [rows for rows, at in self.measured_at.items() if abs(context - at) > self.forget_after]:
-            del self.measured[rows], self.measured_at[rows]
+            self.measured.pop(rows, None)
+            del self.measured_at[rows]
         seconds = record.verify_s
         if self.measured:
             expected = self(record.rows)

@@ -177,10 +177,10 @@ class SpeculativeDecoder:
             draft, emitted, hit_eos, record = step
             if not record.degraded:
                 self.verify_cost.observe(record, len(context))
+                if drafter is not None:
+                    drafter.observe(record, draft.source)
             context.extend(emitted)
             records.append(record)
-            if drafter is not None and not record.degraded:
-                drafter.observe(record, draft.source)
             ttft = ttft if ttft is not None else time.perf_counter() - start
             yield StepEvent(
                 tuple(Token(t, origin(i, record), text.push(t)) for i, t in enumerate(emitted)),

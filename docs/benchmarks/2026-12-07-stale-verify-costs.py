@@ -27,11 +27,12 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from statistics import median
 
+from paired_levers import CODE_QUESTIONS, SHORT_QUESTIONS, chat_answer, paired_answers, pasted_code
+
 from specdec_tui.config import Settings
-from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, StepEvent
+from specdec_tui.engine.decoder import DecodeParams
 from specdec_tui.engine.policy import FORGET_AFTER_POSITIONS, VerifyCost
 from specdec_tui.runtime import load_runtime
 
@@ -40,30 +41,10 @@ runtime = load_runtime(Settings())
 engine = runtime.engine
 
 
-def answer(messages: list[dict[str, str]], params: DecodeParams) -> tuple[list[int], float, float]:
-    """One `hybrid` reply with the engine's current table: its tokens, step rate and mean rows a pass."""
-    seconds, rows, steps = 0.0, 0, 0
-    for event in runtime.reply(messages, params, "hybrid"):
-        if isinstance(event, StepEvent):
-            seconds, rows, steps = seconds + event.record.seconds, rows + event.record.rows, steps + 1
-        elif isinstance(event, FinishedEvent):
-            tokens = list(event.token_ids)
-    return tokens, len(tokens) / seconds, rows / steps
-
-
 def paired(label: str, messages: list[dict[str, str]], params: DecodeParams, number: int,
            state: Callable[[str], tuple[VerifyCost, dict]]) -> tuple[list[int], float]:
     """Both sides' answers to ``messages``, reported; the tokens and forgotten / kept."""
-    results = {}
-    for side in list(SIDES) if number % 2 == 0 else list(SIDES)[::-1]:
-        engine.decoder.verify_cost, engine.policies = state(side)
-        results[side] = answer(messages, params)
-    assert results["kept"][0] == results["forgotten"][0], f"{label}: the answers differ"
-    ratio = results["forgotten"][1] / results["kept"][1]
-    print(f"{label}, {len(results['kept'][0])} tokens; kept {results['kept'][1]:.1f} tok/s (rows {results['kept'][2]:.1f}), "
-          f"forgotten {results['forgotten'][1]:.1f} tok/s (rows {results['forgotten'][2]:.1f}); "
-          f"forgotten / kept {ratio:.3f}", flush=True)
-    return results["kept"][0], ratio
+    return paired_answers(runtime, label, messages, params, number, tuple(SIDES), state)
 
 
 def conversation(turns: int) -> None:
@@ -85,33 +66,20 @@ def conversation(turns: int) -> None:
 def jump() -> None:
     params = runtime.params(max_new_tokens=256)
     engine.decoder.verify_cost, engine.policies = VerifyCost(forget_after=10**9), {}
-    for question in ["Write a Python function that reverses the words in a sentence.",
-                     "Explain in a paragraph what a hash map is.",
-                     "Write a Python class for a stack with push, pop and peek."]:
-        answer([{"role": "user", "content": question}], params)
+    for question in SHORT_QUESTIONS:
+        chat_answer(runtime, [{"role": "user", "content": question}], params)
     taught = (engine.decoder.verify_cost, engine.policies)
     engine.decoder.verify_cost, engine.policies = copy.deepcopy(taught)  # the text's first reply teaches neither side
-    package = Path(__file__).resolve().parents[2] / "specdec_tui"
-    code = "".join(path.read_text() for folder in ("engine", "models") for path in sorted((package / folder).glob("*.py")))
-    tokenizer = runtime.pair.target.tokenizer
-    pasted = tokenizer.decode(tokenizer(code)["input_ids"][:8000])
-    answer([{"role": "user", "content": pasted + "\n\nHi."}], runtime.params(max_new_tokens=4))
+    pasted = pasted_code(runtime)
+    chat_answer(runtime, [{"role": "user", "content": pasted + "\n\nHi."}], runtime.params(max_new_tokens=4))
 
     def state(side: str) -> tuple[VerifyCost, dict]:
         table, policies = copy.deepcopy(taught)
         table.forget_after = SIDES[side]
         return table, policies
 
-    questions = ["Write a short summary of what the code above does.",
-                 "Write a Python function that counts the classes defined in the code above.",
-                 "Which class above would you test first, and why? One paragraph.",
-                 "Rewrite the first function above with clearer names.",
-                 "List five possible bugs in the code above.",
-                 "Write a unit test for the VerifyCost class above.",
-                 "Explain the policy's choice of K above to a new engineer.",
-                 "Write a docstring for the Engine class above."]
     ratios = [paired(f"question {number + 1}", [{"role": "user", "content": pasted + "\n\n" + question}], params,
-                     number, state)[1] for number, question in enumerate(questions)]
+                     number, state)[1] for number, question in enumerate(CODE_QUESTIONS)]
     print(f"median forgotten / kept {median(ratios):.3f} over {len(ratios)} questions")
 
 

@@ -13,12 +13,13 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
 from specdec_tui.bench.suite import default_suite_path, load_suite
 from specdec_tui.engine.cached_model import CachedModel
-from specdec_tui.engine.decoder import DecodeParams, FinishedEvent
+from specdec_tui.engine.decoder import DecodeParams, FinishedEvent, StepEvent
 from specdec_tui.engine.drafters import Drafter
 from specdec_tui.engine.metrics import RunSummary, StepRecord
 from specdec_tui.engine.policy import DraftPolicy, VerifyCost, _ema
@@ -55,6 +56,58 @@ class DraftCostBefore(DraftPolicy):
         super().observe(record, cost_is_typical, confidences, branched)
         if record.drafted:
             self.draft_cost = _ema(cost, record.draft_s / record.drafted) if cost_is_typical else cost
+
+
+#: The long-context runs' chat: three short questions first, then questions about a pasted text.
+SHORT_QUESTIONS = ["Write a Python function that reverses the words in a sentence.",
+                   "Explain in a paragraph what a hash map is.",
+                   "Write a Python class for a stack with push, pop and peek."]
+CODE_QUESTIONS = ["Write a short summary of what the code above does.",
+                  "Write a Python function that counts the classes defined in the code above.",
+                  "Which class above would you test first, and why? One paragraph.",
+                  "Rewrite the first function above with clearer names.",
+                  "List five possible bugs in the code above.",
+                  "Write a unit test for the VerifyCost class above.",
+                  "Explain the policy's choice of K above to a new engineer.",
+                  "Write a docstring for the Engine class above."]
+
+
+def pasted_code(runtime: Runtime, tokens: int = 8000) -> str:
+    """The first ``tokens`` tokens of this package's engine and models code, as text to paste."""
+    package = Path(__file__).resolve().parents[2] / "specdec_tui"
+    code = "".join(path.read_text() for folder in ("engine", "models") for path in sorted((package / folder).glob("*.py")))
+    tokenizer = runtime.pair.target.tokenizer
+    return tokenizer.decode(tokenizer(code)["input_ids"][:tokens])
+
+
+def chat_answer(runtime: Runtime, messages: list[dict[str, str]], params: DecodeParams) -> tuple[list[int], float, float]:
+    """One `hybrid` reply through ``runtime`` as the chat asks for it, with its engine's current table
+    and policies: its tokens, its step rate (tokens over its draft and verify seconds, no prefill)
+    and its mean rows a pass."""
+    seconds, rows, steps, tokens = 0.0, 0, 0, []
+    for event in runtime.reply(messages, params, "hybrid"):
+        if isinstance(event, StepEvent):
+            seconds, rows, steps = seconds + event.record.seconds, rows + event.record.rows, steps + 1
+        elif isinstance(event, FinishedEvent):
+            tokens = list(event.token_ids)
+    return tokens, len(tokens) / seconds, rows / steps
+
+
+def paired_answers(runtime: Runtime, label: str, messages: list[dict[str, str]], params: DecodeParams, number: int,
+                   sides: tuple[str, str], state: Callable[[str], tuple[VerifyCost, dict]]) -> tuple[list[int], float]:
+    """Both ``sides``' answers to ``messages`` (old, new), the first side first on even ``number``s,
+    each with the table and policies ``state`` gives it; asserted the same tokens, reported. The
+    tokens and new / old."""
+    results = {}
+    for side in sides if number % 2 == 0 else sides[::-1]:
+        runtime.engine.decoder.verify_cost, runtime.engine.policies = state(side)
+        results[side] = chat_answer(runtime, messages, params)
+    (old_tokens, old_rate, old_rows), (new_tokens, new_rate, new_rows) = results[sides[0]], results[sides[1]]
+    assert old_tokens == new_tokens, f"{label}: the answers differ"
+    print(f"{label}, {len(old_tokens)} tokens; {sides[0]} {old_rate:.1f} tok/s (rows {old_rows:.1f}), "
+          f"{sides[1]} {new_rate:.1f} tok/s (rows {new_rows:.1f}); {sides[1]} / {sides[0]} {new_rate / old_rate:.3f}",
+          flush=True)
+    return old_tokens, new_rate / old_rate
 
 
 def lean_forward(runner: object) -> FastLlama:

@@ -69,6 +69,11 @@ class ModelSettings(BaseModel):
         0, ge=0, description="draft output head computes only the ids below N and those of the conversation "
         "(cheaper draft steps, fewer accepted); 0 = all"
     )
+    draft_window: int = Field(
+        2048, ge=0, description="of a context longer than about N tokens the draft reads only its start and "
+        "its latest N to N + 1024 (cheaper draft steps and first replies after a long paste; the replies "
+        "stay the target's); 0 = all of it"
+    )
     kv_cache: KvCacheName = Field(
         "float32", description="keys and values kept per position: float32, or float16 (half the memory, other numbers)"
     )
@@ -414,6 +419,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "--precision": ("models", "precision"),
     "--draft-precision": ("models", "draft_precision"),
     "--draft-head-tokens": ("models", "draft_head_tokens"),
+    "--draft-window": ("models", "draft_window"),
     "--kv-cache": ("models", "kv_cache"),
     "--draft-kv-cache": ("models", "draft_kv_cache"),
     "--lean-target": ("models", "lean_target"),

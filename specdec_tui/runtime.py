@@ -80,6 +80,7 @@ def build_engine(pair: ModelPair, settings: Settings) -> tuple[Engine, Breakers]
         eos_ids=pair.target.eos_ids,
         max_context=pair.target.max_context,
         vocab_size=pair.target.vocab_size,
+        draft_window=settings.models.draft_window,
     )
     return engine, Breakers(target.breaker, draft.breaker if draft is not None else None)
 
@@ -106,8 +107,9 @@ class Runtime:
     @classmethod
     def from_pair(cls, settings: Settings, pair: ModelPair, observers: Observers | None = None) -> Runtime:
         engine, breakers = build_engine(pair, settings)
+        draft_positions = engine.draft.most_positions if engine.draft is not None else None
         return cls(settings, pair, engine, observers or Observers(), breakers,
-                   MemoryBudget.for_pair(pair, settings.models.memory_budget_gb))
+                   MemoryBudget.for_pair(pair, settings.models.memory_budget_gb, draft_positions))
 
     @property
     def degraded(self) -> str | None:

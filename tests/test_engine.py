@@ -11,6 +11,7 @@ import pytest
 import torch
 from tiny import ARCHS, perturbed, prompt, runner_for, tiny_engine, tiny_model, tiny_tokenizer
 
+from specdec_tui.engine import cached_model
 from specdec_tui.engine.acceptance import greedy_verdict
 from specdec_tui.engine.cached_model import CachedModel, common_prefix_length
 from specdec_tui.engine.decoder import (
@@ -165,6 +166,66 @@ def test_draft_cache_follows_the_accepted_context(engine: Engine):
     shared = common_prefix_length(engine.draft.ids, context)
     assert shared >= len(PROMPT)
     assert len(engine.draft.ids) - shared <= 3
+
+
+@pytest.fixture
+def small_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows of tiny contexts: the first 4 tokens always read, a start that moves 16 at a time."""
+    monkeypatch.setattr(cached_model, "WINDOW_SINK", 4)
+    monkeypatch.setattr(cached_model, "WINDOW_STEP", 16)
+
+
+@pytest.mark.usefixtures("small_windows")
+def test_a_windowed_model_reads_the_start_and_the_latest_tokens_from_a_start_that_moves_a_step_at_a_time():
+    model = CachedModel(runner_for(tiny_model("qwen2"), "fp32"), window=8)
+    ids = list(range(100))
+    model.move_window(27)
+    assert model.view(ids[:27]) == ids[:27]  # up to 4 + 8 + 16 - 1 tokens, all of them
+    model.move_window(28)
+    assert model.view(ids[:28]) == [*ids[:4], *ids[20:28]]  # then the start and the latest 8 ...
+    assert model.view(ids[:60]) == [*ids[:4], *ids[20:60]]  # ... and all after them until it moves again
+    model.move_window(44)
+    assert model.view(ids[:44]) == [*ids[:4], *ids[36:44]]  # by 16 at a time
+    assert model.view(ids[:30]) == ids[:30]  # a context shorter than the start is another one: all of it
+    assert not model.outgrew_window(36 + 8 + 32) and model.outgrew_window(36 + 8 + 32 + 1)
+    assert model.most_positions(20) == 20 and model.most_positions(1000) == 4 + 8 + 32 + 32  # and a step's drafts
+    whole = CachedModel(model.runner)
+    whole.move_window(100)
+    assert whole.view(ids) == ids and not whole.outgrew_window(100) and whole.most_positions(100) == 100
+
+
+@pytest.mark.usefixtures("small_windows")
+def test_a_drafts_window_moves_at_a_replys_first_draft_not_within_the_reply():
+    engine = tiny_engine("qwen2", eos_ids=frozenset())
+    assert engine.draft is not None
+    engine.draft.window = 8
+    sampler = Sampler(0.0, 1.0, torch.Generator())
+    drafter = engine.drafter("model", fixed())
+    drafter.propose(list(range(1, 61)), 1, sampler)
+    assert engine.draft.window_start == 4 + 48 and len(engine.draft.ids) == 4 + 8
+    drafter.propose(list(range(1, 77)), 1, sampler)  # the same reply: it keeps its start
+    assert engine.draft.window_start == 52 and len(engine.draft.ids) == 4 + 24
+    engine.drafter("model", fixed()).propose(list(range(1, 77)), 1, sampler)  # the next reply moves it
+    assert engine.draft.window_start == 4 + 64 and len(engine.draft.ids) == 4 + 8
+
+
+@pytest.mark.usefixtures("small_windows")
+def test_a_draft_reading_a_window_of_a_long_context_keeps_the_reply_the_targets():
+    engine = tiny_engine("qwen2", eos_ids=frozenset())
+    assert engine.draft is not None
+    params = fixed(k=4, max_new_tokens=120)
+    expected = run(engine, "target", params).token_ids
+    engine.draft.window = 8
+    engine.reset()
+    longest = 0
+    for event in engine.generate(PROMPT, params, "model"):
+        longest = max(longest, len(engine.draft.ids))
+        if isinstance(event, FinishedEvent):
+            assert event.token_ids == expected
+    # Within one reply the window moves once the draft would read more than 8 + 2 x 16 past its
+    # start: the start, at most that and a step's drafts, never the whole context.
+    assert len(PROMPT) + 120 > 4 + 8 + 32 + 4
+    assert longest <= 4 + 8 + 32 + 4
 
 
 def test_tokens_are_labelled_by_origin_and_counted(engine: Engine):

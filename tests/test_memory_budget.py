@@ -203,6 +203,19 @@ def test_a_budget_drops_only_what_keeps_the_next_reply_under_it_counting_unread_
     assert budget.before_reply(100) is None
 
 
+def test_a_budget_counts_only_the_positions_a_draft_reading_a_window_holds(tmp_path: Path):
+    pair = q4k_pair(tmp_path)
+    target, draft = pair.target.runner, pair.draft.runner
+    assert isinstance(target, FastLlama) and isinstance(draft, FastLlama)
+    budget = MemoryBudget.for_pair(pair, 1.0, draft_positions=lambda context: min(context, 50))
+    assert budget is not None
+    assert budget.growth(100) == 99 * target.cache.position_bytes + 49 * draft.cache.position_bytes
+    runtime = Runtime.from_pair(Settings(), pair)  # the default window: 2,048 tokens
+    assert runtime.memory is not None and runtime.memory.draft_positions is not None
+    assert runtime.memory.draft_positions(100) == 100
+    assert runtime.memory.draft_positions(100_000) == 32 + 2048 + 2 * 1024 + 32
+
+
 @needs_indices
 def test_a_budget_takes_back_what_fits_once_a_shorter_conversation_hands_the_caches_pages_back(tmp_path: Path):
     pair = q4k_pair(tmp_path)

@@ -94,9 +94,24 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if n == len(a) == len(b) else n
 
 
+#: What a windowed model (``CachedModel.window``) always reads of a long context: its first tokens,
+#: the system message and the start of the first user message.
+WINDOW_SINK = 32
+#: How far a window's start moves at a time: the model reads its window again only then.
+WINDOW_STEP = 1024
+#: The most tokens a step drafts past the context (``DecodingSettings.k``'s bound).
+MOST_DRAFTED = 32
+
+
 class CachedModel:
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, window: int = 0) -> None:
         self.runner = runner
+        #: Of a context longer than ``WINDOW_SINK + window + WINDOW_STEP`` tokens, read only the first
+        #: ``WINDOW_SINK`` and the latest ``window`` to ``window + WINDOW_STEP`` (0: all of it). Only a
+        #: draft may: its tokens are proposals, and a target's would not be the target's.
+        self.window = window
+        #: Where the window's tokens start in the context (0: it reads all of it).
+        self.window_start = 0
         # What the runner holds from earlier use is unknown here, so start from an empty cache.
         runner.reset()
         self.ids: list[int] = []
@@ -114,6 +129,33 @@ class CachedModel:
     def reset(self) -> None:
         self.runner.reset()
         self.ids = []
+
+    def view(self, ids: Sequence[int]) -> Sequence[int]:
+        """What this model reads of ``ids``: all of them, or where a window has moved on
+        (``move_window``) the first ``WINDOW_SINK`` and the rest from the window's start."""
+        if not self.window_start or len(ids) < self.window_start:
+            return ids
+        return [*ids[:WINDOW_SINK], *ids[self.window_start :]]
+
+    def move_window(self, length: int) -> None:
+        """Set the window's start for a context of ``length`` tokens: nothing left out up to
+        ``WINDOW_SINK + window + WINDOW_STEP`` tokens, then a start that moves ``WINDOW_STEP`` tokens
+        at a time, leaving the latest ``window`` to ``window + WINDOW_STEP``. Where it moves, the
+        model reads its window again: a draft moves it at a reply's first draft, not within a reply."""
+        over = length - WINDOW_SINK - self.window
+        self.window_start = WINDOW_SINK + over // WINDOW_STEP * WINDOW_STEP if self.window and over >= WINDOW_STEP else 0
+
+    def most_positions(self, length: int) -> int:
+        """The most positions this model's cache holds of a context of ``length`` tokens: all of them,
+        or with a window its first tokens, at most ``window + 2 * WINDOW_STEP`` and a step's drafts."""
+        if not self.window:
+            return length
+        return min(length, WINDOW_SINK + self.window + 2 * WINDOW_STEP + MOST_DRAFTED)
+
+    def outgrew_window(self, length: int) -> bool:
+        """Whether a context of ``length`` tokens reads more than ``window + 2 * WINDOW_STEP`` of it
+        past the window's start (a drafter that never starts a reply still moves it then)."""
+        return bool(self.window) and length - max(self.window_start, WINDOW_SINK) > self.window + 2 * WINDOW_STEP
 
     def _sync(self, ids: Sequence[int], keep_at_most: int) -> list[int]:
         """Crop the cache to what it shares with ``ids`` (at most ``keep_at_most``); return the rest."""
@@ -138,16 +180,20 @@ class CachedModel:
     def keep_shared(self, ids: Sequence[int]) -> None:
         """Crop the cache to what it shares with ``ids`` short of their last position, as a pass scoring
         ``ids`` would: what it holds past that is forgotten before the pass instead of in it."""
+        ids = self.view(ids)
         self._sync(ids, len(ids) - 1)
 
     def prefill(self, ids: Sequence[int]) -> None:
-        """Make the cache hold exactly ``ids``."""
+        """Make the cache hold exactly what it reads of ``ids``."""
+        ids = self.view(ids)
         new = self._sync(ids, len(ids))
         if new:
             self._forward(new, 1)
 
     def logits_for(self, ids: Sequence[int], n: int, branches: Sequence[Branch] = ()) -> torch.Tensor:
         """Next-token logits (n, vocab) after each of the last ``n`` positions of ``ids``, then a row
-        after each branch (see ``BranchingRunner``); the cache keeps ``ids``, not the branches."""
+        after each branch (see ``BranchingRunner``); the cache keeps ``ids`` (what it reads of them),
+        not the branches."""
+        ids = self.view(ids)
         new = self._sync(ids, len(ids) - n)
         return self._forward(new, n, branches)

@@ -24,11 +24,14 @@ class Engine:
         eos_ids: frozenset[int],
         max_context: int,
         vocab_size: int,
+        draft_window: int = 0,
     ) -> None:
+        """``draft_window``: of a long context the draft reads only the start and about the last that
+        many tokens (``CachedModel.window``; 0: all of it)."""
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.target = CachedModel(target)
-        self.draft = CachedModel(draft) if draft is not None else None
+        self.draft = CachedModel(draft, draft_window) if draft is not None else None
         self.decoder = SpeculativeDecoder(self.target, tokenizer, eos_ids, max_context)
         if self.draft is not None:
             self.decoder.fallback = ModelDrafter(self.draft, vocab_size)

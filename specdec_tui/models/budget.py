@@ -59,14 +59,19 @@ class MemoryBudget:
     #: has read them (every pass, where they cannot be dropped); packed in this process (a first start),
     #: from the start.
     blocks_read: bool = False
+    #: The most positions the draft's cache holds of a context (a draft reading a window of a long
+    #: one holds fewer); None: all of them.
+    draft_positions: Callable[[int], int] | None = None
     #: What the budget last dropped and why (one line), once it has.
     note: str | None = field(default=None, init=False)
 
     @classmethod
-    def for_pair(cls, pair: ModelPair, limit_gb: float) -> MemoryBudget | None:
+    def for_pair(cls, pair: ModelPair, limit_gb: float,
+                 draft_positions: Callable[[int], int] | None = None) -> MemoryBudget | None:
         """The budget of ``limit_gb`` GB for ``pair``, or None where it could do nothing: no budget (0), a
         target not of the package's forward, or neither int8 blocks it can drop (it has none, or the
-        processor needs them: no AVX-512 VNNI) nor a draft whose cache is float32."""
+        processor needs them: no AVX-512 VNNI) nor a draft whose cache is float32. ``draft_positions``:
+        the most positions the draft's cache holds of a context, where fewer than all."""
         target = pair.target.runner
         if limit_gb <= 0 or not isinstance(target, FastLlama):
             return None
@@ -78,11 +83,19 @@ class MemoryBudget:
         models = (target, draft) if draft is not None else (target,)
         # Where the blocks are all a pass reads, the load's warm-up pass has read them.
         blocks_read = not target.int8_blocks_mapped or not drops_blocks
-        return cls(int(limit_gb * GB), target, models, draft, drops_blocks, blocks_read=blocks_read)
+        return cls(int(limit_gb * GB), target, models, draft, drops_blocks, blocks_read=blocks_read,
+                   draft_positions=draft_positions)
+
+    def positions(self, model: FastLlama, context: int) -> int:
+        """The positions ``model``'s cache holds of a context of ``context`` tokens."""
+        if model is self.draft and self.draft_positions is not None:
+            return self.draft_positions(context)
+        return context
 
     def growth(self, context: int) -> int:
         """The bytes the caches add before they hold ``context`` positions."""
-        return sum(model.cache.position_bytes * max(0, context - model.cache.written) for model in self.models)
+        return sum(model.cache.position_bytes * max(0, self.positions(model, context) - model.cache.written)
+                   for model in self.models)
 
     def projected(self, context: int) -> int | None:
         """The resident memory a reply whose context ends at ``context`` positions could reach: what is
@@ -99,7 +112,7 @@ class MemoryBudget:
         target's int8 blocks as that needs, and past them narrow the draft's cache; or, where the caches'
         pages past the conversation went back, take back as many dropped blocks as fit. The one-line note
         saying what it did, else None."""
-        released = sum(model.release_cache_past(context) for model in self.models)
+        released = sum(model.release_cache_past(self.positions(model, context)) for model in self.models)
         held, projected = self.target.int8_block_bytes, self.projected(context)
         self.blocks_read = True
         if projected is None:

@@ -12,7 +12,7 @@ from test_indexed_int8 import needs_kernels, verify_then_steps
 from tiny import save_tiny_gguf
 
 from specdec_tui.bench.cli import main as bench_main
-from specdec_tui.config import Settings
+from specdec_tui.config import ModelSettings, Settings
 from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.models import quantized_kernels
 from specdec_tui.models.budget import REPLY_HEADROOM, TAKE_BACK_SLACK, MemoryBudget
@@ -210,7 +210,7 @@ def test_a_budget_counts_only_the_positions_a_draft_reading_a_window_holds(tmp_p
     budget = MemoryBudget.for_pair(pair, 1.0, draft_positions=lambda context: min(context, 50))
     assert budget is not None
     assert budget.growth(100) == 99 * target.cache.position_bytes + 49 * draft.cache.position_bytes
-    runtime = Runtime.from_pair(Settings(), pair)  # the default window: 2,048 tokens
+    runtime = Runtime.from_pair(Settings(models=ModelSettings(draft_window=2048)), pair)
     assert runtime.memory is not None and runtime.memory.draft_positions is not None
     assert runtime.memory.draft_positions(100) == 100
     assert runtime.memory.draft_positions(100_000) == 32 + 2048 + 2 * 1024 + 32

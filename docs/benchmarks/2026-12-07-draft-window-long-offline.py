@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from paired_levers import CODE_QUESTIONS, draft_top, pasted_code
+from paired_levers import code_questions, draft_top, pasted_code
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import FinishedEvent
@@ -43,8 +43,7 @@ def no_copy(context: list[int]) -> bool:
 
 agreement: dict[int | None, list[float]] = {w: [] for w in WINDOWS}
 where_model: dict[int | None, list[float]] = {w: [] for w in WINDOWS}
-for number, question in enumerate(CODE_QUESTIONS):
-    messages = [{"role": "user", "content": pasted + "\n\n" + question}]
+for number, messages in enumerate(code_questions(pasted)):
     prompt = runtime.prompt_ids(messages)
     answer = next(list(event.token_ids) for event in runtime.reply(messages, runtime.params(max_new_tokens=256), "target")
                   if isinstance(event, FinishedEvent))

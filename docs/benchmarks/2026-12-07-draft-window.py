@@ -24,7 +24,7 @@ import sys
 import time
 from statistics import median
 
-from paired_levers import CODE_QUESTIONS, SHORT_QUESTIONS, chat_answer, pasted_code
+from paired_levers import chat_answer, code_questions, pasted_after_short_replies
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import FinishedEvent
@@ -37,17 +37,10 @@ runtime = load_runtime(Settings())
 engine = runtime.engine
 draft = engine.draft
 assert draft is not None
-engine.decoder.verify_cost, engine.policies = VerifyCost(), {}
-for question in SHORT_QUESTIONS:
-    chat_answer(runtime, [{"role": "user", "content": question}], runtime.params(max_new_tokens=256))
-taught = (engine.decoder.verify_cost, engine.policies)
-pasted = pasted_code(runtime)
-engine.decoder.verify_cost, engine.policies = copy.deepcopy(taught)
-chat_answer(runtime, [{"role": "user", "content": pasted + "\n\nHi."}], runtime.params(max_new_tokens=4))
+taught, pasted = pasted_after_short_replies(runtime, VerifyCost())
 
 first_ratios, rate_ratios = [], []
-for number, question in enumerate(CODE_QUESTIONS):
-    messages = [{"role": "user", "content": pasted + "\n\n" + question}]
+for number, messages in enumerate(code_questions(pasted)):
     results = {}
     for side in list(SIDES) if number % 2 == 0 else list(SIDES)[::-1]:
         draft.window = SIDES[side]

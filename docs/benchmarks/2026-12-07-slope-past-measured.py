@@ -25,15 +25,12 @@ import sys
 from statistics import median
 
 from paired_levers import (
-    CODE_QUESTIONS,
-    SHORT_QUESTIONS,
     Reply,
-    chat_answer,
     engine_with,
     hybrid_reply,
     interleaved,
-    paired_answers,
-    pasted_code,
+    paired_code_questions,
+    pasted_after_short_replies,
     print_paired,
 )
 
@@ -58,24 +55,14 @@ runtime = load_runtime(Settings())
 
 
 def jump() -> None:
-    engine = runtime.engine
-    params = runtime.params(max_new_tokens=256)
-    engine.decoder.verify_cost, engine.policies = VerifyCost(), {}
-    for question in SHORT_QUESTIONS:
-        chat_answer(runtime, [{"role": "user", "content": question}], params)
-    taught = (engine.decoder.verify_cost, engine.policies)
-    engine.decoder.verify_cost, engine.policies = copy.deepcopy(taught)  # the text's first reply teaches neither side
-    pasted = pasted_code(runtime)
-    chat_answer(runtime, [{"role": "user", "content": pasted + "\n\nHi."}], runtime.params(max_new_tokens=4))
+    taught, pasted = pasted_after_short_replies(runtime, VerifyCost())
 
     def state(side: str) -> tuple[VerifyCost, dict]:
         table, policies = copy.deepcopy(taught)  # the policies read this copy of the table
         table.__class__ = TABLES[side]
         return table, policies
 
-    ratios = [paired_answers(runtime, f"question {number + 1}", [{"role": "user", "content": pasted + "\n\n" + question}],
-                             params, number, ("before", "capped"), state)[1]
-              for number, question in enumerate(CODE_QUESTIONS)]
+    ratios = paired_code_questions(runtime, pasted, ("before", "capped"), state)
     print(f"median capped / before {median(ratios):.3f} over {len(ratios)} questions; "
           f"lowest {min(ratios):.3f}, highest {max(ratios):.3f}")
 

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from statistics import median
 
-from paired_levers import CODE_QUESTIONS, SHORT_QUESTIONS, chat_answer, paired_answers, pasted_code
+from paired_levers import paired_answers, paired_code_questions, pasted_after_short_replies
 
 from specdec_tui.config import Settings
 from specdec_tui.engine.decoder import DecodeParams
@@ -64,22 +64,14 @@ def conversation(turns: int) -> None:
 
 
 def jump() -> None:
-    params = runtime.params(max_new_tokens=256)
-    engine.decoder.verify_cost, engine.policies = VerifyCost(forget_after=10**9), {}
-    for question in SHORT_QUESTIONS:
-        chat_answer(runtime, [{"role": "user", "content": question}], params)
-    taught = (engine.decoder.verify_cost, engine.policies)
-    engine.decoder.verify_cost, engine.policies = copy.deepcopy(taught)  # the text's first reply teaches neither side
-    pasted = pasted_code(runtime)
-    chat_answer(runtime, [{"role": "user", "content": pasted + "\n\nHi."}], runtime.params(max_new_tokens=4))
+    taught, pasted = pasted_after_short_replies(runtime, VerifyCost(forget_after=10**9))
 
     def state(side: str) -> tuple[VerifyCost, dict]:
         table, policies = copy.deepcopy(taught)
         table.forget_after = SIDES[side]
         return table, policies
 
-    ratios = [paired(f"question {number + 1}", [{"role": "user", "content": pasted + "\n\n" + question}], params,
-                     number, state)[1] for number, question in enumerate(CODE_QUESTIONS)]
+    ratios = paired_code_questions(runtime, pasted, tuple(SIDES), state)
     print(f"median forgotten / kept {median(ratios):.3f} over {len(ratios)} questions")
 
 

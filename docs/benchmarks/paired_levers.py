@@ -8,6 +8,7 @@ the target's whole pass under each variant in turn (``pass_times``).
 
 from __future__ import annotations
 
+import copy
 import re
 import statistics
 import time
@@ -108,6 +109,35 @@ def paired_answers(runtime: Runtime, label: str, messages: list[dict[str, str]],
           f"{sides[1]} {new_rate:.1f} tok/s (rows {new_rows:.1f}); {sides[1]} / {sides[0]} {new_rate / old_rate:.3f}",
           flush=True)
     return old_tokens, new_rate / old_rate
+
+
+def pasted_after_short_replies(runtime: Runtime, table: VerifyCost) -> tuple[tuple[VerifyCost, dict], str]:
+    """The long-context chat's start on ``runtime``: the three short replies, from ``table`` and no
+    policies, teach a table and policies (returned); then both caches read the pasted text (returned)
+    in a four-token reply with a throwaway copy of them, so that no answer of a pairing pays for that
+    reading and it teaches neither side."""
+    engine = runtime.engine
+    engine.decoder.verify_cost, engine.policies = table, {}
+    for question in SHORT_QUESTIONS:
+        chat_answer(runtime, [{"role": "user", "content": question}], runtime.params(max_new_tokens=256))
+    taught = (engine.decoder.verify_cost, engine.policies)
+    engine.decoder.verify_cost, engine.policies = copy.deepcopy(taught)
+    pasted = pasted_code(runtime)
+    chat_answer(runtime, [{"role": "user", "content": pasted + "\n\nHi."}], runtime.params(max_new_tokens=4))
+    return taught, pasted
+
+
+def code_questions(pasted: str) -> list[list[dict[str, str]]]:
+    """Each of ``CODE_QUESTIONS`` after the pasted text, as the chat's messages."""
+    return [[{"role": "user", "content": pasted + "\n\n" + question}] for question in CODE_QUESTIONS]
+
+
+def paired_code_questions(runtime: Runtime, pasted: str, sides: tuple[str, str],
+                          state: Callable[[str], tuple[VerifyCost, dict]]) -> list[float]:
+    """``paired_answers`` of 256 tokens for each of ``code_questions``: new / old per question."""
+    params = runtime.params(max_new_tokens=256)
+    return [paired_answers(runtime, f"question {number + 1}", messages, params, number, sides, state)[1]
+            for number, messages in enumerate(code_questions(pasted))]
 
 
 def lean_forward(runner: object) -> FastLlama:

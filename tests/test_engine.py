@@ -187,26 +187,53 @@ def test_a_windowed_model_reads_the_start_and_the_latest_tokens_from_a_start_tha
     model.move_window(44)
     assert model.view(ids[:44]) == [*ids[:4], *ids[36:44]]  # by 16 at a time
     assert model.view(ids[:30]) == ids[:30]  # a context shorter than the start is another one: all of it
-    assert not model.outgrew_window(36 + 8 + 32) and model.outgrew_window(36 + 8 + 32 + 1)
-    assert model.most_positions(20) == 20 and model.most_positions(1000) == 4 + 8 + 32 + 32  # and a step's drafts
+    assert model.most_positions(20) == 20 and model.most_positions(1000) == 4 + 8 + 16 + 32  # and a step's drafts
     whole = CachedModel(model.runner)
     whole.move_window(100)
-    assert whole.view(ids) == ids and not whole.outgrew_window(100) and whole.most_positions(100) == 100
+    assert whole.view(ids) == ids and whole.most_positions(100) == 100
+
+
+def test_a_window_needs_a_runner_that_drops_positions():
+    with pytest.raises(ValueError, match="draft window"):
+        CachedModel(runner_for(tiny_model("qwen2"), "fp32", fast=False), window=8)
 
 
 @pytest.mark.usefixtures("small_windows")
-def test_a_drafts_window_moves_at_a_replys_first_draft_not_within_the_reply():
+def test_where_a_drafts_window_moves_on_its_cache_drops_what_it_passed_and_reads_nothing_again():
     engine = tiny_engine("qwen2", eos_ids=frozenset())
     assert engine.draft is not None
-    engine.draft.window = 8
+    engine.draft.window = 16
     sampler = Sampler(0.0, 1.0, torch.Generator())
     drafter = engine.drafter("model", fixed())
     drafter.propose(list(range(1, 61)), 1, sampler)
-    assert engine.draft.window_start == 4 + 48 and len(engine.draft.ids) == 4 + 8
-    drafter.propose(list(range(1, 77)), 1, sampler)  # the same reply: it keeps its start
-    assert engine.draft.window_start == 52 and len(engine.draft.ids) == 4 + 24
-    engine.drafter("model", fixed()).propose(list(range(1, 77)), 1, sampler)  # the next reply moves it
-    assert engine.draft.window_start == 4 + 64 and len(engine.draft.ids) == 4 + 8
+    assert engine.draft.window_start == 4 + 32 and engine.draft.last_fed == 4 + 24
+    drafter.propose(list(range(1, 71)), 1, sampler)  # 10 tokens on, the start moves 16
+    assert engine.draft.window_start == 4 + 48
+    assert engine.draft.last_fed == 10  # only the new tokens: those it held from 52 on stayed
+    assert engine.draft.ids == [*range(1, 5), *range(53, 71)]
+
+
+def test_a_drop_keeps_each_later_token_at_its_own_position():
+    # In one layer a position's key and value depend on its token and position alone: reading the start,
+    # dropping, and reading the rest must hold what reading everything and then dropping holds. (A token
+    # at a time, as passes of other row counts may round otherwise.)
+    ids = [5, 9, 2, 7, 1, 8, 3, 6, 4, 10, 11, 12, 13, 14, 15]
+    read_after, read_before, by_index = (runner_for(tiny_model("qwen2", layers=1), "fp32") for _ in range(3))
+    assert isinstance(read_after, FastLlama) and isinstance(read_before, FastLlama)
+
+    def read(runner: FastLlama, tokens: list[int]) -> torch.Tensor:
+        return torch.cat([runner.forward([token], 1) for token in tokens])
+
+    read(read_after, ids[:3])
+    read_after.drop(3, 5)
+    after = read(read_after, ids[8:])
+    read(read_before, ids[:14])
+    read_before.drop(3, 5)
+    assert read_before.length == 14 - 5
+    before = read(read_before, ids[14:])
+    torch.testing.assert_close(after[-1:], before, rtol=0, atol=0)
+    # Numbered by index instead, the same tokens attend at other distances.
+    assert not torch.equal(read(by_index, [*ids[:3], *ids[8:]])[-1:], before)
 
 
 @pytest.mark.usefixtures("small_windows")

@@ -213,7 +213,7 @@ def test_a_budget_counts_only_the_positions_a_draft_reading_a_window_holds(tmp_p
     runtime = Runtime.from_pair(Settings(models=ModelSettings(draft_window=2048)), pair)
     assert runtime.memory is not None and runtime.memory.draft_positions is not None
     assert runtime.memory.draft_positions(100) == 100
-    assert runtime.memory.draft_positions(100_000) == 32 + 2048 + 2 * 1024 + 32
+    assert runtime.memory.draft_positions(100_000) == 32 + 2048 + 1024 + 32
 
 
 @needs_indices

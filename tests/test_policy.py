@@ -287,9 +287,6 @@ class ScriptedDraftModel:
     def move_window(self, length: int) -> None:  # it reads every token it is given
         pass
 
-    def outgrew_window(self, length: int) -> bool:
-        return False
-
     def logits_for(self, ids: list[int], n_logits: int) -> torch.Tensor:
         p = self.sure[len(ids) - len(self.prompt)]
         probs = torch.full((self.input_vocab,), (1 - p) / (self.input_vocab - 1))

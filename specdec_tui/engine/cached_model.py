@@ -9,7 +9,7 @@ token verified beside the draft) it contains the branch, which is fed again like
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 
@@ -97,14 +97,25 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 #: What a windowed model (``CachedModel.window``) always reads of a long context: its first tokens,
 #: the system message and the start of the first user message.
 WINDOW_SINK = 32
-#: How far a window's start moves at a time: the model reads its window again only then.
+#: How far a window's start moves at a time: the cache drops that many positions at once.
 WINDOW_STEP = 1024
 #: The most tokens a step drafts past the context (``DecodingSettings.k``'s bound).
 MOST_DRAFTED = 32
 
 
+class DroppingRunner(Runner, Protocol):
+    """A runner that can forget positions from the middle of its cache, the later ones keeping theirs."""
+
+    def drop(self, at: int, count: int) -> None:
+        """Forget the ``count`` positions from cache index ``at`` on (those held); from index ``at`` on, held
+        or fed later, a position is ``count`` past its index."""
+        ...
+
+
 class CachedModel:
     def __init__(self, runner: Runner, window: int = 0) -> None:
+        if window and not callable(getattr(runner, "drop", None)):
+            raise ValueError("a draft window needs a model on the package's own forward (it drops cached positions)")
         self.runner = runner
         #: Of a context longer than ``WINDOW_SINK + window + WINDOW_STEP`` tokens, read only the first
         #: ``WINDOW_SINK`` and the latest ``window`` to ``window + WINDOW_STEP`` (0: all of it). Only a
@@ -129,6 +140,7 @@ class CachedModel:
     def reset(self) -> None:
         self.runner.reset()
         self.ids = []
+        self.window_start = 0
 
     def view(self, ids: Sequence[int]) -> Sequence[int]:
         """What this model reads of ``ids``: all of them, or where a window has moved on
@@ -140,22 +152,25 @@ class CachedModel:
     def move_window(self, length: int) -> None:
         """Set the window's start for a context of ``length`` tokens: nothing left out up to
         ``WINDOW_SINK + window + WINDOW_STEP`` tokens, then a start that moves ``WINDOW_STEP`` tokens
-        at a time, leaving the latest ``window`` to ``window + WINDOW_STEP``. Where it moves, the
-        model reads its window again: a draft moves it at a reply's first draft, not within a reply."""
+        at a time, leaving the latest ``window`` to ``window + WINDOW_STEP``. Where it moves on, the
+        cache drops the positions it passed and keeps the rest where they are: every token read keeps
+        its own position, and nothing is read again."""
         over = length - WINDOW_SINK - self.window
-        self.window_start = WINDOW_SINK + over // WINDOW_STEP * WINDOW_STEP if self.window and over >= WINDOW_STEP else 0
+        start = WINDOW_SINK + over // WINDOW_STEP * WINDOW_STEP if self.window and over >= WINDOW_STEP else 0
+        if start < self.window_start:  # a shorter context, another conversation's: read it afresh
+            self.reset()
+        if start > self.window_start:
+            passed = start - max(self.window_start, WINDOW_SINK)
+            cast(DroppingRunner, self.runner).drop(WINDOW_SINK, passed)
+            del self.ids[WINDOW_SINK : WINDOW_SINK + passed]
+        self.window_start = start
 
     def most_positions(self, length: int) -> int:
         """The most positions this model's cache holds of a context of ``length`` tokens: all of them,
-        or with a window its first tokens, at most ``window + 2 * WINDOW_STEP`` and a step's drafts."""
+        or with a window its first tokens, less than ``window + WINDOW_STEP`` and a step's drafts."""
         if not self.window:
             return length
-        return min(length, WINDOW_SINK + self.window + 2 * WINDOW_STEP + MOST_DRAFTED)
-
-    def outgrew_window(self, length: int) -> bool:
-        """Whether a context of ``length`` tokens reads more than ``window + 2 * WINDOW_STEP`` of it
-        past the window's start (a drafter that never starts a reply still moves it then)."""
-        return bool(self.window) and length - max(self.window_start, WINDOW_SINK) > self.window + 2 * WINDOW_STEP
+        return min(length, WINDOW_SINK + self.window + WINDOW_STEP + MOST_DRAFTED)
 
     def _sync(self, ids: Sequence[int], keep_at_most: int) -> list[int]:
         """Crop the cache to what it shares with ``ids`` (at most ``keep_at_most``); return the rest."""

@@ -102,8 +102,6 @@ class ModelDrafter:
         #: The positions of its latest draft that offered a branch.
         self.branched: list[int] = []
         self.embeddable = model.input_vocab
-        #: Whether this drafter has drafted yet: a reply's first draft moves the model's window.
-        self.drafted = False
 
     def _embeddable(self, context: Sequence[int]) -> Sequence[int]:
         """``context`` with ids the draft has no embedding for (padded target vocabularies) replaced."""
@@ -136,9 +134,7 @@ class ModelDrafter:
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         context = self._embeddable(context)
-        if not self.drafted or self.model.outgrew_window(len(context)):
-            self.model.move_window(len(context))
-        self.drafted = True
+        self.model.move_window(len(context))
         logits = self._align(self.model.logits_for(context, 1)[0])
         self.caught_up = self.model.last_fed
         while True:

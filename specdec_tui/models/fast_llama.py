@@ -237,6 +237,8 @@ class FastLlama:
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self.use_cache(KVCache(len(self.layers), self.kv_heads, self.head_dim, 256))
         self.length = 0
+        #: Positions from cache index ``gap_at`` on are numbered ``gap`` past their index (``drop``).
+        self.gap_at = self.gap = 0
         # TorchScript profiles the first call and optimizes on the second (about a second for a 1.5B
         # model); the kernel layers need one pass, which pages the mapped weights in. Pay that while
         # loading, not in the first reply.
@@ -455,11 +457,25 @@ class FastLlama:
 
     def reset(self) -> None:
         self.length = 0
+        self.gap_at = self.gap = 0
         if self.context_head is not None:
             self.context_head.forget()
 
     def crop(self, length: int) -> None:
         self.length = min(self.length, length)
+
+    def drop(self, at: int, count: int) -> None:
+        """Forget the ``count`` positions from cache index ``at`` on (those held), the later ones moved down
+        in place, each keeping its position: from index ``at`` on, held or fed later, a position is
+        ``count`` past its index (past an earlier drop's, which must have been at ``at`` too). For a
+        draft reading a window of a long context: where the window moves, nothing is read again."""
+        if self.gap and at != self.gap_at:
+            raise ValueError(f"a drop at index {at} after one at {self.gap_at}")
+        if self.length > at:
+            held = min(count, self.length - at)
+            self.cache.remove(at, held, self.length)
+            self.length -= held
+        self.gap_at, self.gap = at, self.gap + count
 
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and signed sin at ``positions``: rotate(x) = x cos + roll(x, half) sin. Made once for the
@@ -512,7 +528,7 @@ class FastLlama:
             self._grow(self.length + rows + extra)
         stand_ins = [j for j, _ in branches]
         x = self.embedding.rows(torch.tensor(fed))
-        positions = torch.arange(self.length, self.length + rows)
+        indices = torch.arange(self.length, self.length + rows)
         visible = None
         if branches:
             if (self.kernel_layers is None or rows + extra > MAX_ROWS or len(set(branches)) < extra
@@ -523,7 +539,10 @@ class FastLlama:
             # (A token or two before the scored block, such as the previous step's kept branch and the
             # target's token after it, share the pass: a pass of their own would stream the weights again.)
             scored_from = rows - n_logits + 1
-            positions = visible = torch.cat([positions, positions[torch.tensor(stand_ins) + scored_from]])
+            indices = visible = torch.cat([indices, indices[torch.tensor(stand_ins) + scored_from]])
+        positions = indices + self.gap * (indices >= self.gap_at) if self.gap else indices
+        if self.length + rows + self.gap > len(self.cos):
+            self.cos, self.sin = self._rotary(torch.arange(2 * (self.length + rows + self.gap)))
         cos, sin = self.cos[positions], self.sin[positions]
         if self.kernel_layers is not None and rows + extra <= MAX_ROWS:
             x = torch.ops.specdec.decoder_layers(x, cos, sin, self.cache.keys, self.cache.values, self.length,

@@ -53,6 +53,13 @@ class KVCache:
         grown.written = length
         return grown
 
+    def remove(self, at: int, count: int, length: int) -> None:
+        """Of the first ``length`` positions, forget ``count`` from ``at`` on, those after them moved down
+        in place."""
+        for keys_or_values in (*self.keys, *self.values):
+            # The rows move down over themselves, so through a copy.
+            keys_or_values[:, at : length - count] = keys_or_values[:, at + count : length].clone()
+
     def release_past(self, positions: int) -> int:
         """Hand back the whole pages that hold only positions from ``positions`` on, in every layer and
         head (they read as zeros until written again); the bytes handed back."""

@@ -25,6 +25,7 @@ from specdec_tui.engine.decoder import (
 from specdec_tui.engine.drafters import Draft, HybridDrafter, ModelDrafter, PromptLookupDrafter, Sampler
 from specdec_tui.engine.metrics import StepRecord
 from specdec_tui.engine.policy import DraftPolicy
+from specdec_tui.engine.resilience import Breaker, GuardedRunner
 from specdec_tui.engine.session import Engine
 from specdec_tui.models.fast_llama import FastLlama
 from specdec_tui.models.kv_cache import KVCache
@@ -203,6 +204,7 @@ def test_where_a_drafts_window_moves_on_its_cache_drops_what_it_passed_and_reads
     engine = tiny_engine("qwen2", eos_ids=frozenset())
     assert engine.draft is not None
     engine.draft.window = 16
+    engine.draft.runner = GuardedRunner(engine.draft.runner, Breaker("draft", 3, 1.0), None)  # as a runtime's
     sampler = Sampler(0.0, 1.0, torch.Generator())
     drafter = engine.drafter("model", fixed())
     drafter.propose(list(range(1, 61)), 1, sampler)

@@ -46,6 +46,17 @@ class BranchingRunner(Runner, Protocol):
         ...
 
 
+class DroppingRunner(Runner, Protocol):
+    """A runner that can forget positions from the middle of its cache, the later ones keeping theirs."""
+
+    drops_positions: bool
+
+    def drop(self, at: int, count: int) -> None:
+        """Forget the ``count`` positions from cache index ``at`` on (those held); from index ``at`` on, held
+        or fed later, a position is ``count`` past its index."""
+        ...
+
+
 class WrappedRunner:
     """A runner around another: the cache and vocabulary are the inner one's; subclasses change ``forward``."""
 
@@ -60,11 +71,18 @@ class WrappedRunner:
     def supports_branches(self) -> bool:
         return supports_branches(self.runner)
 
+    @property
+    def drops_positions(self) -> bool:
+        return drops_positions(self.runner)
+
     def forward(self, ids: list[int], n_logits: int, branches: Sequence[Branch] = ()) -> torch.Tensor:
         return forward(self.runner, ids, n_logits, branches)
 
     def crop(self, length: int) -> None:
         self.runner.crop(length)
+
+    def drop(self, at: int, count: int) -> None:
+        cast(DroppingRunner, self.runner).drop(at, count)
 
     def reset(self) -> None:
         self.runner.reset()
@@ -72,6 +90,10 @@ class WrappedRunner:
 
 def supports_branches(runner: Runner) -> bool:
     return bool(getattr(runner, "supports_branches", False))
+
+
+def drops_positions(runner: Runner) -> bool:
+    return bool(getattr(runner, "drops_positions", False))
 
 
 def forward(runner: Runner, ids: list[int], n_logits: int, branches: Sequence[Branch]) -> torch.Tensor:
@@ -103,18 +125,9 @@ WINDOW_STEP = 1024
 MOST_DRAFTED = 32
 
 
-class DroppingRunner(Runner, Protocol):
-    """A runner that can forget positions from the middle of its cache, the later ones keeping theirs."""
-
-    def drop(self, at: int, count: int) -> None:
-        """Forget the ``count`` positions from cache index ``at`` on (those held); from index ``at`` on, held
-        or fed later, a position is ``count`` past its index."""
-        ...
-
-
 class CachedModel:
     def __init__(self, runner: Runner, window: int = 0) -> None:
-        if window and not callable(getattr(runner, "drop", None)):
+        if window and not drops_positions(runner):
             raise ValueError("a draft window needs a model on the package's own forward (it drops cached positions)")
         self.runner = runner
         #: Of a context longer than ``WINDOW_SINK + window + WINDOW_STEP`` tokens, read only the first

@@ -467,6 +467,7 @@ class FastLlama:
     #: ``drop`` forgets positions from the middle of the cache (``DroppingRunner``).
     drops_positions = True
 
+    @torch.inference_mode()
     def drop(self, at: int, count: int) -> None:
         """Forget the ``count`` positions from cache index ``at`` on (those held), the later ones moved down
         in place, each keeping its position: from index ``at`` on, held or fed later, a position is

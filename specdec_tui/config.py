@@ -70,9 +70,9 @@ class ModelSettings(BaseModel):
         "(cheaper draft steps, fewer accepted); 0 = all"
     )
     draft_window: int = Field(
-        0, ge=0, description="of a context longer than N + 1056 tokens the draft reads only its first 32 and "
-        "its latest N to N + 1024: a long paste's first reply sooner, a growing chat's reply slower each "
-        "time the window moves (the replies stay the target's); 0 = all of it"
+        2048, ge=0, description="of a context longer than N + 1056 tokens the draft reads only its first 32 and "
+        "its latest N to N + 1024, cheaper tokens and a cache that stops growing (the replies stay the target's; "
+        "a draft on the package's own forward); 0 = all of it"
     )
     kv_cache: KvCacheName = Field(
         "float32", description="keys and values kept per position: float32, or float16 (half the memory, other numbers)"

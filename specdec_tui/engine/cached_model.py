@@ -127,13 +127,12 @@ MOST_DRAFTED = 32
 
 class CachedModel:
     def __init__(self, runner: Runner, window: int = 0) -> None:
-        if window and not drops_positions(runner):
-            raise ValueError("a draft window needs a model on the package's own forward (it drops cached positions)")
         self.runner = runner
         #: Of a context longer than ``WINDOW_SINK + window + WINDOW_STEP`` tokens, read only the first
         #: ``WINDOW_SINK`` and the latest ``window`` to ``window + WINDOW_STEP`` (0: all of it). Only a
-        #: draft may: its tokens are proposals, and a target's would not be the target's.
-        self.window = window
+        #: draft may: its tokens are proposals, and a target's would not be the target's. Only a runner
+        #: that drops positions can (others read all of it).
+        self.window = window if drops_positions(runner) else 0
         #: Where the window's tokens start in the context (0: it reads all of it).
         self.window_start = 0
         # What the runner holds from earlier use is unknown here, so start from an empty cache.

@@ -16,7 +16,9 @@ a host's chat passes the budget.
 Run: .venv/bin/python docs/benchmarks/2026-12-07-memory-budget.py [TURNS] [--compare] [--instruction-set NAME]
 Outputs of 2026-12-07 (Zen 4 EPYC), beside this file: 2026-12-07-memory-budget.txt (4 --compare),
 -memory-budget-22.txt (22), -memory-budget-26.txt (26, the draft's cache narrowed past the blocks),
--memory-budget-avx2.txt (20 --instruction-set avx2) and -avx2-before.txt (18, before the budget acted there).
+-memory-budget-avx2.txt (20 --instruction-set avx2) and -avx2-before.txt (18, before the budget acted there);
+with the draft's window on by default, -memory-budget-32-window.txt (32) and -memory-budget-avx2-window.txt
+(24 --instruction-set avx2).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ reads nothing again. Per
 turn: each side's whole reply, timed from the request to the last token (prompt passes included), and
 whether the window side's window moved at it; the answers are asserted the same tokens.
 
-Run: .venv/bin/python docs/benchmarks/2026-12-07-draft-window-conversation.py [TURNS]   # output: 2026-12-07-draft-window-conversation.txt
+``--window-first`` loads the window side's pair first, to see what the order of the two loads gives.
+
+Run: .venv/bin/python docs/benchmarks/2026-12-07-draft-window-conversation.py [TURNS] [--window-first]   # output: 2026-12-07-draft-window-conversation.txt
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from specdec_tui.config import ModelSettings, Settings
 from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.runtime import Runtime, load_runtime
 
-TURNS = int(sys.argv[1]) if sys.argv[1:] else 14
-SIDES = {"whole": load_runtime(Settings(models=ModelSettings(draft_window=0))),
-         "window": load_runtime(Settings(models=ModelSettings(draft_window=2048)))}
+TURNS = int(next((arg for arg in sys.argv[1:] if arg.isdigit()), "14"))
+LOAD_ORDER = ["window", "whole"] if "--window-first" in sys.argv else ["whole", "window"]
+LOADED = {side: load_runtime(Settings(models=ModelSettings(draft_window=2048 if side == "window" else 0)))
+          for side in LOAD_ORDER}
+SIDES = {"whole": LOADED["whole"], "window": LOADED["window"]}
 
 
 def timed_reply(runtime: Runtime, messages: list[dict[str, str]]) -> tuple[list[int], float]:
@@ -57,6 +61,9 @@ for turn in range(TURNS):
     text = SIDES["whole"].pair.target.tokenizer.decode(tokens, skip_special_tokens=True)
     messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Go on, with more examples."}]
 windowed = [ratio for context, ratio, _ in rows if context > 32 + 2048 + 1024]
+before = [ratio for context, ratio, _ in rows if context + 512 <= 32 + 2048 + 1024]
+print(f"loaded first: {LOAD_ORDER[0]}; median whole / window over the {len(before)} replies that end before "
+      f"3,104 positions (no window): {median(before):.3f}")
 print(f"median whole / window over the {len(windowed)} replies past 3,104 positions: {median(windowed):.3f}; "
       f"the replies whose window moved: "
       f"{', '.join(f'{ratio:.3f}' for _, ratio, moved in rows if moved) or 'none'}; the others past 3,104: "

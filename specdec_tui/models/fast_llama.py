@@ -482,8 +482,9 @@ class FastLlama:
         self.gap_at, self.gap = at, self.gap + count
 
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin at ``positions``: rotate(x) = x cos + roll(x, half) sin. Made once for the
-        cache's capacity and indexed by each pass (eight small ops a pass cost ~0.15 ms of a draft step)."""
+        """cos and signed sin at ``positions``: rotate(x) = x cos + roll(x, half) sin. Made for the cache's
+        capacity (and as far as a ``drop``'s gap reaches) and indexed by each pass (eight small ops a pass
+        cost ~0.15 ms of a draft step)."""
         angles = torch.outer(positions.float(), self.inv_freq)[:, None, :]
         return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-angles.sin(), angles.sin()], dim=-1)
 

@@ -27,6 +27,8 @@ from specdec_tui.engine.decoder import FinishedEvent
 from specdec_tui.runtime import Runtime, load_runtime
 
 TURNS = int(next((arg for arg in sys.argv[1:] if arg.isdigit()), "14"))
+#: The context past which the window side's draft reads a window (32 + 2,048 + 1,024 tokens).
+WINDOW_FROM = 32 + 2048 + 1024
 LOAD_ORDER = ["window", "whole"] if "--window-first" in sys.argv else ["whole", "window"]
 LOADED = {side: load_runtime(Settings(models=ModelSettings(draft_window=2048 if side == "window" else 0)))
           for side in LOAD_ORDER}
@@ -60,11 +62,11 @@ for turn in range(TURNS):
           f"{whole_s / window_s:.3f}", flush=True)
     text = SIDES["whole"].pair.target.tokenizer.decode(tokens, skip_special_tokens=True)
     messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Go on, with more examples."}]
-windowed = [ratio for context, ratio, _ in rows if context > 32 + 2048 + 1024]
-before = [ratio for context, ratio, _ in rows if context + 512 <= 32 + 2048 + 1024]
+windowed = [ratio for context, ratio, _ in rows if context > WINDOW_FROM]
+before = [ratio for context, ratio, _ in rows if context + 512 <= WINDOW_FROM]
 print(f"loaded first: {LOAD_ORDER[0]}; median whole / window over the {len(before)} replies that end before "
       f"3,104 positions (no window): {median(before):.3f}")
 print(f"median whole / window over the {len(windowed)} replies past 3,104 positions: {median(windowed):.3f}; "
       f"the replies whose window moved: "
       f"{', '.join(f'{ratio:.3f}' for _, ratio, moved in rows if moved) or 'none'}; the others past 3,104: "
-      f"{', '.join(f'{ratio:.3f}' for context, ratio, moved in rows if not moved and context > 3104)}")
+      f"{', '.join(f'{ratio:.3f}' for context, ratio, moved in rows if not moved and context > WINDOW_FROM)}")

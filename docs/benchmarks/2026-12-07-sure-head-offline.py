@@ -20,7 +20,9 @@ after streaming 512 MB as a target pass does between draft steps, 25 rounds.
 
 Run: git apply docs/benchmarks/2026-12-07-sure-head.patch   # the variant is not on main
      .venv/bin/python docs/benchmarks/2026-12-07-sure-head-offline.py
-Output of 2026-12-07 (Zen 4 EPYC): 2026-12-07-sure-head-offline.txt beside this file.
+Output of 2026-12-07 (Zen 4 EPYC): 2026-12-07-sure-head-offline.txt beside this file, made with the
+second build of the three the paired runs tried (the patch holds the third, whose switch to the whole
+head a head made anew for each timed step never reaches, so the steps timed are the same).
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ prints per category the median over prompts of (the mean of the other variant's 
 (the mean of the first variant's), and the spread of the first variant's two engines.
 ``--combine OUTPUT`` prints those lines again from a run's output, from its ratios as printed (to
 two decimals; run 1's lines were made so, the script having printed only the pairs then). Outputs of 2026-12-07 (Zen 4 EPYC), beside this file:
-2026-12-07-sure-head.txt (run 1, a first build that decided on a softmax over the whole row) and
-2026-12-07-sure-head-2.txt (run 2, the patch's build).
+2026-12-07-sure-head.txt (run 1, a first build that decided on a softmax over the whole row),
+-2.txt (run 2, a second build deciding on a softmax over the kept logits alone) and -3.txt (run 3,
+the patch's build: the second, reading the whole head in one call while most rows come out unsure).
 """
 
 from __future__ import annotations

@@ -26,12 +26,11 @@ the patch's build: the second, reading the whole head in one call while most row
 
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 from collections import defaultdict
 
-from paired_levers import Ratios, Reply, decoded, interleaved, lean_forward, print_paired
+from paired_levers import Ratios, Reply, decoded, interleaved, lean_forward, print_paired, read_ratios
 
 from specdec_tui.config import Settings
 from specdec_tui.runtime import build_engine, load_runtime
@@ -64,13 +63,11 @@ def print_combined(ratios: Ratios) -> None:
 
 if sys.argv[1:2] == ["--combine"]:
     found: Ratios = defaultdict(lambda: defaultdict(list))
-    with open(sys.argv[2]) as output:
-        lines = [line for line in output if " | target " in line]
-    for line in lines:
-        category = {"gen": "code-generation", "edit": "code-editing"}.get(line.split("-")[0], "prose")
-        for name, ratio in re.findall(r"\| (\S+) ([\d.]+) \(acc", line):
-            found[category][name].append(float(ratio))
-    VARIANTS = [re.findall(r"\| (\S+) [\d.]+ \(acc", lines[0])[0]]
+    for prompt, by in read_ratios(sys.argv[2:]).items():
+        category = {"gen": "code-generation", "edit": "code-editing"}.get(prompt.split("-")[0], "prose")
+        for name, ratios in by.items():
+            found[category][name].extend(ratios)
+    VARIANTS = [next(iter(found["code-generation"]))]
     print_combined(found)
     raise SystemExit
 

@@ -245,18 +245,26 @@ def two_engine_pairs(new: Sequence[str], old: Sequence[str]) -> list[tuple[str, 
     over its first (the spread between identical engines), then every new engine over every old."""
     return [*zip(new[1:], new[:1]), *zip(old[1:], old[:1]), *((n, o) for n in new for o in old)]
 
-def combine(paths: Sequence[str], new: str = "WX", old: str = "AB") -> None:
-    """Per category, the median over prompts of (mean of the ``new`` variants' ratios) / (mean of the
-    ``old`` ones'), read from the outputs of runs with two engines of each (one letter a variant)."""
+def read_ratios(paths: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """Each prompt's ratios to target-only by variant name, as ``interleaved`` printed them (two
+    decimals) in the outputs at ``paths``."""
     ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for path in paths:
         with open(path) as output:
             for line in output:
                 if " | target " in line:
-                    for name, ratio in re.findall(rf"\| ([{new}{old}]) ([\d.]+) ", line):
-                        ratios[line.split(" | ")[0]]["new" if name in new else "old"].append(float(ratio))
+                    for name, ratio in re.findall(r"\| (\S+) ([\d.]+) \(", line):
+                        ratios[line.split(" | ")[0]][name].append(float(ratio))
+    return ratios
+
+
+def combine(paths: Sequence[str], new: str = "WX", old: str = "AB") -> None:
+    """Per category, the median over prompts of (mean of the ``new`` variants' ratios) / (mean of the
+    ``old`` ones'), read from the outputs of runs with two engines of each (one letter a variant)."""
+    ratios = read_ratios(paths)
     for category in ("gen-", "edit-", "prose-"):
-        paired = [statistics.mean(by["new"]) / statistics.mean(by["old"])
+        paired = [statistics.mean(v for name in new for v in by.get(name, []))
+                  / statistics.mean(v for name in old for v in by.get(name, []))
                   for prompt, by in ratios.items() if prompt.startswith(category)]
         print(f"{category} new / old: paired median {statistics.median(paired):.3f}, min {min(paired):.3f}, "
               f"max {max(paired):.3f}")

@@ -239,6 +239,25 @@ def test_a_drop_keeps_each_later_token_at_its_own_position():
     assert not torch.equal(read(by_index, [*ids[:3], *ids[8:]])[-1:], before)
 
 
+def test_a_drop_numbering_positions_past_the_caches_capacity_still_rotates_them_by_their_own_positions():
+    # A window's gap can number a short cache's positions past its capacity, and past its rotary tables.
+    # (A token at a time, as passes of other row counts may round otherwise.)
+    ids, passed = [5, 9, 2, 7, 1, 8], list(range(20, 280))
+    short, long = (runner_for(tiny_model("qwen2", layers=1), "fp32") for _ in range(2))
+    assert isinstance(short, FastLlama) and isinstance(long, FastLlama)
+
+    def read(runner: FastLlama, tokens: list[int]) -> torch.Tensor:
+        return torch.cat([runner.forward([token], 1) for token in tokens])
+
+    read(short, ids[:3])
+    short.drop(3, len(passed))
+    after = read(short, ids[3:])
+    assert short.cache.capacity < 3 + len(passed) + 3
+    read(long, [*ids[:3], *passed])
+    long.drop(3, len(passed))
+    torch.testing.assert_close(after, read(long, ids[3:]), rtol=0, atol=0)
+
+
 @pytest.mark.usefixtures("small_windows")
 def test_a_draft_reading_a_window_of_a_long_context_keeps_the_reply_the_targets():
     engine = tiny_engine("qwen2", eos_ids=frozenset())

@@ -235,6 +235,7 @@ class FastLlama:
 
         theta = shape.rope_theta
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
+        self.cos = self.sin = torch.empty(0)
         self.use_cache(KVCache(len(self.layers), self.kv_heads, self.head_dim, 256))
         self.length = 0
         #: Positions from cache index ``gap_at`` on are numbered ``gap`` past their index (``drop``).
@@ -370,7 +371,7 @@ class FastLlama:
     def use_cache(self, cache: KVCache) -> None:
         """Keep keys and values in ``cache``, with the rotary tables for every position it holds."""
         self.cache = cache
-        self.cos, self.sin = self._rotary(torch.arange(cache.capacity))
+        self._rotary_through(cache.capacity)
 
     def convert_kv_to(self, dtype: torch.dtype) -> None:
         """Keep keys and values as ``dtype`` from now on, the positions held converted (rounded to nearest
@@ -481,10 +482,17 @@ class FastLlama:
             self.length -= held
         self.gap_at, self.gap = at, self.gap + count
 
+    def _rotary_through(self, positions: int) -> None:
+        """Make the rotary tables reach ``positions``: the cache's capacity, or twice as far where a
+        ``drop``'s gap numbers positions past it."""
+        if positions > len(self.cos):
+            count = self.cache.capacity if positions <= self.cache.capacity else 2 * positions
+            self.cos, self.sin = self._rotary(torch.arange(count))
+
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin at ``positions``: rotate(x) = x cos + roll(x, half) sin. Made for the cache's
-        capacity (and as far as a ``drop``'s gap reaches) and indexed by each pass (eight small ops a pass
-        cost ~0.15 ms of a draft step)."""
+        """cos and signed sin at ``positions``: rotate(x) = x cos + roll(x, half) sin. Made as far as
+        ``_rotary_through`` asks and indexed by each pass (eight small ops a pass cost ~0.15 ms of a draft
+        step)."""
         angles = torch.outer(positions.float(), self.inv_freq)[:, None, :]
         return torch.cat([angles, angles], dim=-1).cos(), torch.cat([-angles.sin(), angles.sin()], dim=-1)
 
@@ -546,8 +554,7 @@ class FastLlama:
             scored_from = rows - n_logits + 1
             indices = visible = torch.cat([indices, indices[torch.tensor(stand_ins) + scored_from]])
         positions = indices + self.gap * (indices >= self.gap_at) if self.gap else indices
-        if self.length + rows + self.gap > len(self.cos):
-            self.cos, self.sin = self._rotary(torch.arange(2 * (self.length + rows + self.gap)))
+        self._rotary_through(self.length + rows + self.gap)
         cos, sin = self.cos[positions], self.sin[positions]
         if self.kernel_layers is not None and rows + extra <= MAX_ROWS:
             x = torch.ops.specdec.decoder_layers(x, cos, sin, self.cache.keys, self.cache.values, self.length,

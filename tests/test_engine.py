@@ -214,48 +214,45 @@ def test_where_a_drafts_window_moves_on_its_cache_drops_what_it_passed_and_reads
     assert engine.draft.ids == [*range(1, 5), *range(53, 71)]
 
 
+def fed_token_by_token(runner: FastLlama, tokens: list[int]) -> torch.Tensor:
+    """``runner``'s logits after each of ``tokens``, fed a token at a time (passes of other row counts may
+    round otherwise)."""
+    return torch.cat([runner.forward([token], 1) for token in tokens])
+
+
 def test_a_drop_keeps_each_later_token_at_its_own_position():
     # In one layer a position's key and value depend on its token and position alone: reading the start,
-    # dropping, and reading the rest must hold what reading everything and then dropping holds. (A token
-    # at a time, as passes of other row counts may round otherwise.)
+    # dropping, and reading the rest must hold what reading everything and then dropping holds.
     ids = [5, 9, 2, 7, 1, 8, 3, 6, 4, 10, 11, 12, 13, 14, 15]
     read_after, read_before, by_index = (runner_for(tiny_model("qwen2", layers=1), "fp32") for _ in range(3))
     assert isinstance(read_after, FastLlama) and isinstance(read_before, FastLlama)
 
-    def read(runner: FastLlama, tokens: list[int]) -> torch.Tensor:
-        return torch.cat([runner.forward([token], 1) for token in tokens])
-
-    read(read_after, ids[:3])
+    fed_token_by_token(read_after, ids[:3])
     read_after.drop(3, 5)
-    after = read(read_after, ids[8:])
+    after = fed_token_by_token(read_after, ids[8:])
     read_before.forward([1] * 300, 1)  # its cache grown in a pass, as a long context's is
     read_before.reset()
-    read(read_before, ids[:14])
+    fed_token_by_token(read_before, ids[:14])
     read_before.drop(3, 5)
     assert read_before.length == 14 - 5
-    before = read(read_before, ids[14:])
+    before = fed_token_by_token(read_before, ids[14:])
     torch.testing.assert_close(after[-1:], before, rtol=0, atol=0)
     # Numbered by index instead, the same tokens attend at other distances.
-    assert not torch.equal(read(by_index, [*ids[:3], *ids[8:]])[-1:], before)
+    assert not torch.equal(fed_token_by_token(by_index, [*ids[:3], *ids[8:]])[-1:], before)
 
 
 def test_a_drop_numbering_positions_past_the_caches_capacity_still_rotates_them_by_their_own_positions():
     # A window's gap can number a short cache's positions past its capacity, and past its rotary tables.
-    # (A token at a time, as passes of other row counts may round otherwise.)
     ids, passed = [5, 9, 2, 7, 1, 8], list(range(20, 280))
     short, long = (runner_for(tiny_model("qwen2", layers=1), "fp32") for _ in range(2))
     assert isinstance(short, FastLlama) and isinstance(long, FastLlama)
-
-    def read(runner: FastLlama, tokens: list[int]) -> torch.Tensor:
-        return torch.cat([runner.forward([token], 1) for token in tokens])
-
-    read(short, ids[:3])
+    fed_token_by_token(short, ids[:3])
     short.drop(3, len(passed))
-    after = read(short, ids[3:])
+    after = fed_token_by_token(short, ids[3:])
     assert short.cache.capacity < 3 + len(passed) + 3
-    read(long, [*ids[:3], *passed])
+    fed_token_by_token(long, [*ids[:3], *passed])
     long.drop(3, len(passed))
-    torch.testing.assert_close(after, read(long, ids[3:]), rtol=0, atol=0)
+    torch.testing.assert_close(after, fed_token_by_token(long, ids[3:]), rtol=0, atol=0)
 
 
 @pytest.mark.usefixtures("small_windows")

@@ -65,8 +65,8 @@ for turn in range(TURNS):
 windowed = [ratio for context, ratio, _ in rows if context > WINDOW_FROM]
 before = [ratio for context, ratio, _ in rows if context + 512 <= WINDOW_FROM]
 print(f"loaded first: {LOAD_ORDER[0]}; median whole / window over the {len(before)} replies that end before "
-      f"3,104 positions (no window): {median(before):.3f}")
-print(f"median whole / window over the {len(windowed)} replies past 3,104 positions: {median(windowed):.3f}; "
+      f"{WINDOW_FROM:,} positions (no window): {median(before):.3f}")
+print(f"median whole / window over the {len(windowed)} replies past {WINDOW_FROM:,} positions: {median(windowed):.3f}; "
       f"the replies whose window moved: "
-      f"{', '.join(f'{ratio:.3f}' for _, ratio, moved in rows if moved) or 'none'}; the others past 3,104: "
+      f"{', '.join(f'{ratio:.3f}' for _, ratio, moved in rows if moved) or 'none'}; the others past {WINDOW_FROM:,}: "
       f"{', '.join(f'{ratio:.3f}' for context, ratio, moved in rows if not moved and context > WINDOW_FROM)}")

@@ -63,7 +63,7 @@ def step_event(detail: dict[str, Any]) -> StepEvent:
     record = StepRecord(drafted=step["drafted"], accepted=step["accepted"], emitted=step["emitted"],
                         draft_s=step["draft_ms"] / 1000, verify_s=step["verify_ms"] / 1000,
                         accept_s=step.get("accept_ms", 0.0) / 1000, degraded=bool(step.get("degraded")),
-                        draft_failed=bool(step.get("draft_failed")))
+                        draft_failed=bool(step.get("draft_failed")), prompt=bool(step.get("prompt")))
     tokens = tuple(Token(t["id"], Origin(t["origin"]), t["text"]) for t in detail["tokens"])
     rejected = detail.get("rejected")
     return StepEvent(tokens, record, Token(rejected["id"], Origin.DRAFT, rejected["text"]) if rejected else None)

@@ -114,7 +114,7 @@ def test_without_a_draft_model_an_open_target_circuit_is_a_503_with_retry_after(
 
 def test_a_stream_whose_target_fails_for_good_without_a_draft_keeps_what_it_sent_and_ends_in_error():
     runtime = faulty_runtime(0.0, draft=False, reset_timeout=60)
-    guarded = runtime.engine.target.runner  # the prompt read and three steps pass, then every pass fails
+    guarded = runtime.engine.target.runner  # the prompt's pass and three steps pass (four tokens), then every pass fails
     passes = iter(range(1000))
     guarded.runner = FaultyRunner(guarded.runner, lambda: Fault.RAISE if next(passes) >= 4 else None)  # type: ignore[attr-defined]
     with running_server(runtime) as (url, _):
@@ -125,4 +125,4 @@ def test_a_stream_whose_target_fails_for_good_without_a_draft_keeps_what_it_sent
     final = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
     assert text and final.choices[0].finish_reason == "error"
     report = (final.model_extra or {})["speculative"]["report"]
-    assert report["completion_tokens"] == 3 and "failed 3 passes in a row" in report["failure"]
+    assert report["completion_tokens"] == 4 and "failed 3 passes in a row" in report["failure"]

@@ -293,6 +293,28 @@ def test_tokens_are_labelled_by_origin_and_counted(engine: Engine):
     assert set(events[-1].text[len(streamed) :]) <= {"\ufffd"}
 
 
+def test_a_replys_first_token_comes_from_the_prompts_pass_before_the_draft_model_reads_anything(engine: Engine):
+    assert engine.draft is not None
+    engine.reset()
+    events = engine.generate(PROMPT, fixed(k=4, max_new_tokens=12), "model")
+    first = next(events)
+    assert isinstance(first, StepEvent) and len(first.tokens) == 1 and first.tokens[0].origin is Origin.TARGET
+    assert first.record.prompt and first.record.drafted == 0
+    assert engine.target.ids == PROMPT and engine.draft.ids == []  # one pass over the whole prompt, no draft yet
+    rest = list(events)
+    assert not any(e.record.prompt for e in rest if isinstance(e, StepEvent))
+    assert max(e.record.drafted for e in rest if isinstance(e, StepEvent)) > 0
+    assert rest[-1].token_ids == run(engine, "target", fixed(max_new_tokens=12)).token_ids
+
+
+def test_the_prompts_pass_teaches_the_verify_cost_table_nothing():
+    engine = tiny_engine("qwen2", eos_ids=frozenset())
+    run(engine, "target", DecodeParams(max_new_tokens=1))  # the prompt's pass alone
+    assert engine.decoder.verify_cost.measured == {}
+    run(engine, "target", DecodeParams(max_new_tokens=2))
+    assert set(engine.decoder.verify_cost.measured) == {1}
+
+
 @pytest.mark.parametrize("k,limit", [(4, 7), (8, 3), (1, 5), (6, 1)])
 def test_max_new_tokens_is_respected_exactly(engine: Engine, k: int, limit: int):
     finished = run(engine, "model", fixed(k=k, max_new_tokens=limit))
@@ -457,13 +479,13 @@ def exact_sequence_law(scorer: CachedModel, context: list[int], vocab: int, leng
 def test_sampled_speculation_matches_target_sampling_statistically(
     vocab: int, length: int, runs: int, temperature: float, context: list[int]
 ):
-    """tau = 1: the first ``length`` tokens follow the target's own law.
+    """tau = 1: the first ``length`` + 1 tokens follow the target's own law.
 
-    Seeded replies of ``length`` tokens at K = 2. With room for two tokens the first step drafts
-    one: it is kept and a bonus token follows, or a correction is emitted and a target step
-    follows. With room for three it drafts two, so acceptance at the second position and the bonus
-    after two kept drafts take part too. The exact law of the sequence comes from the target's
-    logits. Tolerance: the total variation between the observed and exact laws must stay under
+    Seeded replies of ``length`` + 1 tokens at K = 2. The first token is the prompt's pass's own;
+    then, with room for two tokens, the next step drafts one: it is kept and a bonus token follows,
+    or a correction is emitted and a target step follows. With room for three it drafts two, so
+    acceptance at the second position and the bonus after two kept drafts take part too. The exact
+    law of the sequence comes from the target's logits. Tolerance: the total variation between the observed and exact laws must stay under
     1.5 times the total variation an exact sampler shows on average at this count,
     0.5 * sum(sqrt(2 p (1 - p) / (pi n))).
     """
@@ -471,11 +493,11 @@ def test_sampled_speculation_matches_target_sampling_statistically(
     draft = perturbed(target, 0.6, seed=5)  # a draft that disagrees often
     engine = Engine(runner_for(target, "fp32"), tiny_tokenizer(), draft=runner_for(draft, "fp32"),
                     eos_ids=frozenset(), max_context=256, vocab_size=vocab)
-    exact = exact_sequence_law(CachedModel(runner_for(target, "fp32")), context, vocab, length, temperature)
+    exact = exact_sequence_law(CachedModel(runner_for(target, "fp32")), context, vocab, length + 1, temperature)
     counts = torch.zeros_like(exact)
     longest = 0
     for seed in range(runs):
-        params = fixed(k=2, temperature=temperature, max_new_tokens=length, seed=seed)
+        params = fixed(k=2, temperature=temperature, max_new_tokens=length + 1, seed=seed)
         events = list(engine.generate(context, params, "model"))
         counts[events[-1].token_ids] += 1
         longest = max(longest, *(e.record.drafted for e in events if isinstance(e, StepEvent)))

@@ -154,7 +154,8 @@ def test_a_failing_draft_model_falls_back_to_target_only_steps(target_only: tupl
     assert draft.is_open and draft.log.trips == 1
     assert finished.summary.draft_failures == 2  # then its circuit refuses it without running it
     assert all(step.record.drafted == 0 for step in steps)
-    assert all(step.record.draft_failed for step in steps[:-1])  # the last step had room for no draft
+    # The first step is the prompt's pass, which drafts nothing; the last had room for no draft.
+    assert steps[0].record.prompt and all(step.record.draft_failed for step in steps[1:-1])
     assert set(origins(steps)) == {Origin.TARGET}
 
 

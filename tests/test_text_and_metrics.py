@@ -49,6 +49,14 @@ def test_summary_rates():
     assert summary.mean_verify_ms == pytest.approx(100.0)
 
 
+def test_the_per_step_means_leave_out_the_prompts_pass_but_the_steps_count_it():
+    prompt = StepRecord(drafted=0, accepted=0, emitted=1, draft_s=0.0, verify_s=0.9, prompt=True)
+    summary = summarize([prompt, *records()], mode="model", prompt_tokens=10, seconds=1.4, ttft_s=0.9,
+                        finish_reason="eos")
+    assert summary.mean_verify_ms == pytest.approx(100.0) and summary.mean_draft_ms == pytest.approx(100 / 3)
+    assert summary.steps == 4 and summary.new_tokens == 9
+
+
 def test_target_only_has_no_acceptance_rate():
     summary = summarize([StepRecord(0, 0, 1, 0.0, 0.1)], mode="target", prompt_tokens=3, seconds=0.1,
                         ttft_s=0.1, finish_reason="length")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import torch
@@ -24,7 +24,7 @@ from transformers import PreTrainedTokenizerBase
 from specdec_tui.engine.acceptance import Verdict, greedy_verdict, sampled_verdict
 from specdec_tui.engine.cached_model import CachedModel
 from specdec_tui.engine.detokenizer import IncrementalDetokenizer
-from specdec_tui.engine.drafters import Draft, Drafter, Sampler
+from specdec_tui.engine.drafters import Draft, Drafter, Sampler, copies_of
 from specdec_tui.engine.metrics import RunSummary, StepRecord, summarize
 from specdec_tui.engine.policy import VerifyCost
 from specdec_tui.engine.resilience import ModelFailure, ModelUnavailable
@@ -158,7 +158,6 @@ class SpeculativeDecoder:
         finish = "length"
         failures = Failures()
         start = time.perf_counter()
-        self.prefill(context[:-1], failures)
         while (generated := len(context) - len(prompt_ids)) < params.max_new_tokens:
             room = min(params.max_new_tokens - generated, self.max_context - len(context))
             if room <= 0:
@@ -167,18 +166,23 @@ class SpeculativeDecoder:
             if cancel is not None and cancel.is_set():
                 finish = "cancelled"
                 break
-            k = min(params.k, room - 1) if drafter is not None else 0
-            step = self.resilient_step(context, drafter, k, room, params, sampler, failures)
+            # The first step is the prompt's pass and drafts only a copy from the prompt, which needs no
+            # model's pass: the reply starts when target-only's would, and the draft model first reads
+            # the prompt after the target's first token.
+            step_drafter = drafter if generated else copies_of(drafter)
+            k = min(params.k, room - 1) if step_drafter is not None else 0
+            step = self.resilient_step(context, step_drafter, k, room, params, sampler, failures)
             if step is None:
                 if failures.stopped:
                     finish = "failed"
                     break
                 continue  # a failed pass: nothing was emitted, so the same context is tried again
             draft, emitted, hit_eos, record = step
-            if not record.degraded:
+            record = record if generated else replace(record, prompt=True)
+            if not record.degraded and not record.prompt:
                 self.verify_cost.observe(record, len(context))
-                if drafter is not None:
-                    drafter.observe(record, draft.source)
+                if step_drafter is not None:
+                    step_drafter.observe(record, draft.source)
             context.extend(emitted)
             records.append(record)
             ttft = ttft if ttft is not None else time.perf_counter() - start
@@ -212,16 +216,6 @@ class SpeculativeDecoder:
             return None
         token = draft.tokens[position]
         return Token(token, Origin.DRAFT, self.tokenizer.decode([token]))
-
-    def prefill(self, ids: Sequence[int], failures: Failures) -> None:
-        """Read the prompt into the target's cache; if that fails, the first step reads it instead."""
-        try:
-            self.target.prefill(ids)
-        except ModelUnavailable:
-            pass
-        except ModelFailure as exc:
-            failures.target += 1
-            failures.reason = str(exc)
 
     def resilient_step(self, context: list[int], drafter: Drafter | None, k: int, room: int, params: DecodeParams,
                        sampler: Sampler, failures: Failures) -> Step | None:

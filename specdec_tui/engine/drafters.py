@@ -284,3 +284,10 @@ class HybridDrafter:
         if probs is not None:  # a copied token is proposed for certain
             probs = torch.cat([probs, one_hot_rows(torch.tensor(copy), probs.shape[-1]).to(probs.dtype)])
         return Draft([*draft.tokens, *copy], probs, draft.source, draft.branches)
+
+
+def copies_of(drafter: Drafter | None) -> Drafter | None:
+    """What of ``drafter`` drafts without a model's pass: its prompt-lookup copies (None: nothing)."""
+    if isinstance(drafter, HybridDrafter):
+        return drafter.lookup
+    return drafter if isinstance(drafter, PromptLookupDrafter) else None

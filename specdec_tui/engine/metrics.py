@@ -27,6 +27,9 @@ class StepRecord:
     #: (it is then the last of the ``accepted`` tokens).
     branches: int = 0
     branch_kept: bool = False
+    #: The reply's first step: its pass read the prompt (what the cache did not hold of it) and at most a
+    #: copy from it, no model draft, and gave the first token. The per-step means leave it out.
+    prompt: bool = False
 
     @property
     def rows(self) -> int:
@@ -118,6 +121,7 @@ def summarize(
     draft_failures: int = 0,
     failure: str | None = None,
 ) -> RunSummary:
+    decoding = [r for r in records if not r.prompt]
     return RunSummary(
         mode=mode,
         prompt_tokens=prompt_tokens,
@@ -128,8 +132,8 @@ def summarize(
         seconds=seconds,
         ttft_s=ttft_s,
         finish_reason=finish_reason,
-        mean_draft_ms=1000 * fmean(r.draft_s for r in records) if records else 0.0,
-        mean_verify_ms=1000 * fmean(r.verify_s for r in records) if records else 0.0,
+        mean_draft_ms=1000 * fmean(r.draft_s for r in decoding) if decoding else 0.0,
+        mean_verify_ms=1000 * fmean(r.verify_s for r in decoding) if decoding else 0.0,
         position_acceptance=position_acceptance(records),
         degraded_tokens=sum(r.emitted for r in records if r.degraded),
         target_failures=target_failures,

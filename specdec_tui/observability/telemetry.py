@@ -30,6 +30,11 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 SECONDS_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 
 
+def step_attributes(record: StepRecord) -> dict[str, int]:
+    return {"specdec.drafted": record.drafted, "specdec.accepted": record.accepted, "specdec.emitted": record.emitted,
+            "specdec.rows_verified": record.drafted + 1}
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -71,15 +76,13 @@ class Telemetry:
         span = self.tracer.start_span(f"{reply.operation} {reply.target}", context=parent, kind=SpanKind.INTERNAL,
                                       attributes=request_attributes(reply), start_time=_ns(started))
         inside = trace.set_span_in_context(span, parent)
-        first_step = True
         finished = False
         try:
             for event in events:
                 if isinstance(event, StepEvent):
-                    if first_step:
-                        self._prefill(inside, started, time.time() - event.record.seconds)
-                        first_step = False
-                    if self.step_spans:
+                    if event.record.prompt:
+                        self._prefill(inside, event.record, started, time.time())
+                    elif self.step_spans:
                         self._step(inside, event.record, time.time())
                 elif isinstance(event, FinishedEvent):
                     finished = True
@@ -96,18 +99,15 @@ class Telemetry:
                 span.set_attribute("gen_ai.response.finish_reasons", ["cancelled"])
             span.end()
 
-    def _prefill(self, parent: otel_context.Context, start: float, end: float) -> None:
-        span = self.tracer.start_span("prefill", context=parent, start_time=_ns(start))
+    def _prefill(self, parent: otel_context.Context, record: StepRecord, start: float, end: float) -> None:
+        """The reply's first step: the target's pass over the prompt, which gave the first token."""
+        span = self.tracer.start_span("prefill", context=parent, start_time=_ns(start), attributes=step_attributes(record))
         span.end(end_time=_ns(max(end, start)))
 
     def _step(self, parent: otel_context.Context, record: StepRecord, end: float) -> None:
         start = end - record.seconds
-        span = self.tracer.start_span("decode_step", context=parent, start_time=_ns(start), attributes={
-            "specdec.drafted": record.drafted,
-            "specdec.accepted": record.accepted,
-            "specdec.emitted": record.emitted,
-            "specdec.rows_verified": record.drafted + 1,
-        })
+        span = self.tracer.start_span("decode_step", context=parent, start_time=_ns(start),
+                                      attributes=step_attributes(record))
         inside = trace.set_span_in_context(span, parent)
         target_end = start + record.draft_s + record.verify_s - record.accept_s
         for name, begin, stop in (

@@ -107,7 +107,8 @@ def step_info(record: StepRecord) -> StepInfo:
     return StepInfo(drafted=record.drafted, accepted=record.accepted, emitted=record.emitted,
                     draft_ms=1000 * record.draft_s, verify_ms=1000 * record.verify_s, accept_ms=1000 * record.accept_s,
                     degraded=record.degraded or None, draft_failed=record.draft_failed or None,
-                    branches=record.branches or None, branch_kept=record.branch_kept or None)
+                    branches=record.branches or None, branch_kept=record.branch_kept or None,
+                    prompt=record.prompt or None)
 
 
 def token_origins(tokens: Sequence[Token]) -> list[TokenOrigin]:

@@ -74,6 +74,9 @@ class StepInfo(BaseModel):
     #: (it is then the last of the accepted tokens).
     branches: int | None = None
     branch_kept: bool | None = None
+    #: The reply's first step: the target's pass over the prompt (and at most a copy from it, no model draft),
+    #: which gave the first token.
+    prompt: bool | None = None
 
 
 class SpeculativeReport(BaseModel):

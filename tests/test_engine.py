@@ -485,9 +485,9 @@ def test_sampled_speculation_matches_target_sampling_statistically(
     then, with room for two tokens, the next step drafts one: it is kept and a bonus token follows,
     or a correction is emitted and a target step follows. With room for three it drafts two, so
     acceptance at the second position and the bonus after two kept drafts take part too. The exact
-    law of the sequence comes from the target's logits. Tolerance: the total variation between the observed and exact laws must stay under
-    1.5 times the total variation an exact sampler shows on average at this count,
-    0.5 * sum(sqrt(2 p (1 - p) / (pi n))).
+    law of the sequence comes from the target's logits. Tolerance: the total variation between the
+    observed and exact laws must stay under 1.5 times the total variation an exact sampler shows on
+    average at this count, 0.5 * sum(sqrt(2 p (1 - p) / (pi n))).
     """
     target = tiny_model("llama", vocab_size=vocab, layers=1)
     draft = perturbed(target, 0.6, seed=5)  # a draft that disagrees often

@@ -4,7 +4,8 @@
 Before 2026-12-08 a reply read its prompt but the last token into the target's cache, and its first
 step drafted, then verified the prompt's last token with the drafts: the first token waited for the
 draft's own prompt pass and a whole step. Now the first step is the prompt's pass, undrafted, and
-its last row gives the first token. ``FirstStepDrafted`` below is the flow before, for this run.
+its last row gives the first token. ``FirstStepDrafted`` below is the flow before, for this run: a
+copy of the loop as it stood at 1800c2e, kept whole so that the old flow is measured as it ran.
 
 Each suite prompt (128 new tokens, greedy, default settings, fresh caches): target-only and `hybrid`
 on each flow, two engines of each flow over one loaded pair, the six replies in an order rotating
